@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Install the Debian packages the control machine needs (only the missing ones; needs root for that).
+# systemd-container/debootstrap/nftables: the simulated cluster; systemd: systemd-analyze for unit checks;
+# patch: applying the SGLang patch series; openssh-client: reaching the hosts.
+set -euo pipefail
+packages=(debootstrap systemd-container nftables systemd patch openssh-client iproute2 python3-venv)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  echo "pdfleet: missing Debian packages: ${missing[*]}; install them as root (apt-get install ${missing[*]})" >&2
+  exit 2
+fi
+echo "pdfleet: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

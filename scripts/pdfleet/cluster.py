@@ -1,0 +1,33 @@
+"""Glue between an inventory on disk and the planner: the one call the CLI and tests use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from pdfleet.errors import InventoryError
+from pdfleet.inventory import load_inventory
+from pdfleet.model import ROOT_VARIABLE
+from pdfleet.paths import PATCH_DIR
+from pdfleet.planner import Plan, build_plan
+
+
+def supported_patches(patch_dir: Path = PATCH_DIR) -> dict[str, str]:
+    """SGLang version -> patch id, from the patch series' manifests."""
+    out: dict[str, str] = {}
+    for manifest in sorted(patch_dir.glob("*/manifest.yml")):
+        data = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+        out[str(data["version"])] = str(data["patch_id"])
+    return out
+
+
+def plan_inventory(path: str | Path) -> Plan:
+    """Load the inventory at `path` and plan it; raises InventoryError or PlanError."""
+    inv = load_inventory(path)
+    if ROOT_VARIABLE not in inv.variables:
+        raise InventoryError(
+            f"{inv.path}: the variable {ROOT_VARIABLE} is not defined "
+            f"(put the cluster model in {inv.path}/group_vars/all/cluster.yml)"
+        )
+    return build_plan(inv.variables[ROOT_VARIABLE], inv.hosts, supported_patches(), source=str(inv.path))

@@ -1,0 +1,358 @@
+"""The planner: checks every rule of the inventory model and turns it into per-host launch units.
+
+This is the only place where the GPU split, ports and command lines are decided.  The CLI (`pdfleet
+plan`/`render`) and Ansible (the `pdfleet_plan` filter) both call `build_plan`, so they cannot drift.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+
+from pdfleet.errors import PlanError, Problem
+from pdfleet.model import ClusterModel, InstanceSpec, parse_cluster
+from pdfleet.versions import CUDA_DRIVER_FLOORS, SUPPORTED_LOG_LEVELS, version_tuple
+
+PD_PROFILES = ("pd-4p4d", "pd-multinode")
+_ENV_REF = re.compile(r"\$\{[A-Z][A-Z0-9_]*\}")  # left for systemd to expand from an EnvironmentFile
+ROUTER_UNIT = "pdfleet-router"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One systemd unit on one host, with everything its template needs."""
+
+    name: str
+    kind: str  # "worker" or "router"
+    role: str  # prefill, decode, mono, router
+    instance: str
+    host: str
+    address: str
+    description: str
+    exec_start: list[str]
+    environment: dict[str, str]
+    gpus: list[int] = field(default_factory=list)
+    cuda_visible_devices: str = ""
+    ports: dict[str, int] = field(default_factory=dict)
+    after: list[str] = field(default_factory=list)
+    timeout_stop_s: int = 30
+    url: str = ""
+
+    @property
+    def exec_start_line(self) -> str:
+        return " ".join(systemd_quote(a) for a in self.exec_start)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The result of planning: what runs where, and the settings every unit shares."""
+
+    profile: str
+    model: dict[str, object]
+    sglang: dict[str, object]
+    cuda: dict[str, object]
+    service: dict[str, object]
+    router_url: str
+    hosts: dict[str, list[Unit]]
+
+    def units(self) -> list[Unit]:
+        return [u for units in self.hosts.values() for u in units]
+
+    def to_dict(self) -> dict[str, object]:
+        out = asdict(self)
+        for host, units in self.hosts.items():
+            out["hosts"][host] = [dict(asdict(u), exec_start_line=u.exec_start_line) for u in units]
+        return out
+
+
+def systemd_quote(arg: str) -> str:
+    """Quote one ExecStart argument so systemd splits it back into exactly `arg`."""
+    if arg and (_ENV_REF.fullmatch(arg) or not any(c in arg for c in " \t\"'\\;$%")):
+        return arg
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$").replace("%", "%%")
+    return f'"{escaped}"'
+
+
+def build_plan(
+    raw_cluster: object,
+    inventory_hosts: Mapping[str, str],
+    supported_patches: Mapping[str, str],
+    source: str = "",
+) -> Plan:
+    """Validate `raw_cluster` against the inventory and the patch series, then plan it.
+
+    `inventory_hosts` maps each inventory host name to its address (`ansible_host`);
+    `supported_patches` maps each SGLang version that has a patch to that patch's id.
+    Raises PlanError naming every problem at once.
+    """
+    try:
+        cluster = parse_cluster(raw_cluster)
+    except PlanError as exc:
+        raise PlanError(exc.problems, source) from None
+    problems = check_rules(cluster, inventory_hosts, supported_patches)
+    if problems:
+        raise PlanError(problems, source)
+    return _plan(cluster, inventory_hosts)
+
+
+def check_rules(
+    c: ClusterModel, inventory_hosts: Mapping[str, str], supported_patches: Mapping[str, str]
+) -> list[Problem]:
+    """Every rule of the model, each violation one Problem; an empty list means the model is sound."""
+    problems: list[Problem] = []
+    problems += _check_hosts(c, inventory_hosts)
+    problems += _check_instances(c)
+    problems += _check_ports(c)
+    problems += _check_roles(c)
+    problems += _check_versions(c, supported_patches)
+    return problems
+
+
+def _check_hosts(c: ClusterModel, inventory_hosts: Mapping[str, str]) -> list[Problem]:
+    out: list[Problem] = []
+    known = ", ".join(sorted(inventory_hosts)) or "(none)"
+    for name, spec in c.hosts.items():
+        if name not in inventory_hosts:
+            out.append(Problem(f"pdfleet_cluster.hosts.{name}", "is not a host of this inventory",
+                               f"add {name} to the inventory or use one of: {known}", host=name))
+        if spec.gpu_count < 1:
+            out.append(Problem(f"pdfleet_cluster.hosts.{name}.gpu_count", f"is {spec.gpu_count}",
+                               "set the number of GPUs the host really has (8 on the target hosts)", host=name))
+    if c.router.host not in inventory_hosts:
+        out.append(Problem("pdfleet_cluster.router.host", f"{c.router.host!r} is not a host of this inventory",
+                           f"use one of: {known}", host=c.router.host))
+    return out
+
+
+def _check_instances(c: ClusterModel) -> list[Problem]:
+    out: list[Problem] = []
+    seen_names: set[str] = set()
+    owners: dict[tuple[str, int], str] = {}
+    for i, inst in enumerate(c.instances):
+        var = f"pdfleet_cluster.instances[{i}] ({inst.name})"
+        if inst.name in seen_names:
+            out.append(Problem(f"{var}.name", f"instance name {inst.name!r} is used twice",
+                               "give every instance a unique name", host=inst.host))
+        seen_names.add(inst.name)
+        if not inst.name.replace("-", "").replace("_", "").isalnum():
+            out.append(Problem(f"{var}.name", f"{inst.name!r} cannot be part of a unit name",
+                               "use letters, digits, '-' and '_' only", host=inst.host))
+        host = c.hosts.get(inst.host)
+        if host is None:
+            out.append(Problem(f"{var}.host", f"{inst.host!r} is not in pdfleet_cluster.hosts",
+                               f"add {inst.host} under pdfleet_cluster.hosts or use one of: "
+                               f"{', '.join(sorted(c.hosts))}", host=inst.host))
+        if not inst.gpus:
+            out.append(Problem(f"{var}.gpus", "is empty", "list the GPU indices this instance owns",
+                               host=inst.host))
+        if len(set(inst.gpus)) != len(inst.gpus):
+            out.append(Problem(f"{var}.gpus", f"{inst.gpus} lists a GPU twice",
+                               "list each GPU index once", host=inst.host))
+        for g in sorted(set(inst.gpus)):
+            if host is not None and not 0 <= g < host.gpu_count:
+                out.append(Problem(f"{var}.gpus", f"GPU {g} is beyond the host's {host.gpu_count} GPUs "
+                                   f"(valid: 0-{host.gpu_count - 1})",
+                                   "use an index below pdfleet_cluster.hosts."
+                                   f"{inst.host}.gpu_count", host=inst.host))
+            other = owners.get((inst.host, g))
+            if other is not None and other != inst.name:
+                out.append(Problem(f"{var}.gpus", f"GPU {g} is also owned by {other}",
+                                   "give each instance its own GPUs", host=inst.host))
+            owners[(inst.host, g)] = inst.name
+        if inst.tp < 1 or inst.dp < 1 or inst.tp * inst.dp != len(inst.gpus):
+            out.append(Problem(f"{var}.tp", f"tp {inst.tp} x dp {inst.dp} = {inst.tp * inst.dp} but the "
+                               f"instance has {len(inst.gpus)} GPUs",
+                               "make tp x dp equal the number of GPUs listed", host=inst.host))
+        if not 0.0 < inst.mem_fraction_static < 1.0:
+            out.append(Problem(f"{var}.mem_fraction_static", f"is {inst.mem_fraction_static}",
+                               "use a fraction between 0 and 1 (0.70 is the verified value)", host=inst.host))
+        if inst.role == "prefill" and inst.bootstrap_port is None:
+            out.append(Problem(f"{var}.bootstrap_port", "a prefill instance has no bootstrap port",
+                               "set bootstrap_port (8998 is SGLang's default)", host=inst.host))
+        if inst.role != "prefill" and inst.bootstrap_port is not None:
+            out.append(Problem(f"{var}.bootstrap_port", f"only prefill instances take one ({inst.role})",
+                               "remove bootstrap_port from this instance", host=inst.host))
+    return out
+
+
+def _instance_ports(inst: InstanceSpec) -> dict[str, int]:
+    ports = {"port": inst.port, "nccl_port": inst.nccl_port}
+    if inst.bootstrap_port is not None:
+        ports["bootstrap_port"] = inst.bootstrap_port
+    return ports
+
+
+def _check_ports(c: ClusterModel) -> list[Problem]:
+    out: list[Problem] = []
+    used: dict[tuple[str, int], str] = {}
+    claims = [("pdfleet_cluster.router.port", c.router.host, "router", {"port": c.router.port})]
+    claims += [(f"pdfleet_cluster.instances[{i}] ({inst.name})", inst.host, inst.name, _instance_ports(inst))
+               for i, inst in enumerate(c.instances)]
+    for var, host, owner, ports in claims:
+        for key, port in ports.items():
+            name = var if var.endswith(".port") else f"{var}.{key}"
+            if not 1024 <= port <= 65535:
+                out.append(Problem(name, f"port {port} is outside 1024-65535",
+                                   "pick an unprivileged port", host=host))
+            other = used.get((host, port))
+            if other is not None:
+                out.append(Problem(name, f"port {port} is already taken by {other} on this host",
+                                   "give every port on a host a single owner", host=host))
+            used[(host, port)] = f"{owner}.{key}"
+    return out
+
+
+def _check_roles(c: ClusterModel) -> list[Problem]:
+    out: list[Problem] = []
+    roles = [inst.role for inst in c.instances]
+    if not c.instances:
+        out.append(Problem("pdfleet_cluster.instances", "the router has no workers",
+                           "define at least one instance for the router to send requests to",
+                           host=c.router.host))
+        return out
+    if c.profile in PD_PROFILES:
+        for needed in ("prefill", "decode"):
+            if needed not in roles:
+                out.append(Problem("pdfleet_cluster.instances", f"profile {c.profile} has no {needed} instance",
+                                   f"add a {needed} instance, or use profile mono-tp8"))
+        if "mono" in roles:
+            out.append(Problem("pdfleet_cluster.instances", f"profile {c.profile} has a mono instance",
+                               "use role prefill or decode, or profile mono-tp8"))
+    else:
+        if any(r != "mono" for r in roles):
+            out.append(Problem("pdfleet_cluster.instances", "profile mono-tp8 has prefill/decode instances",
+                               "use role mono for every instance, or a pd-* profile"))
+    hosts_by_role = {r: {i.host for i in c.instances if i.role == r} for r in ("prefill", "decode")}
+    if c.profile == "pd-4p4d" and len({i.host for i in c.instances}) > 1:
+        out.append(Problem("pdfleet_cluster.profile", "pd-4p4d puts prefill and decode on one host, but the "
+                           "instances span several", "use profile pd-multinode, or put them on one host"))
+    if c.profile == "pd-multinode" and hosts_by_role["prefill"] & hosts_by_role["decode"]:
+        shared = ", ".join(sorted(hosts_by_role["prefill"] & hosts_by_role["decode"]))
+        out.append(Problem("pdfleet_cluster.profile", f"pd-multinode but {shared} runs prefill and decode",
+                           "move decode to its own host(s), or use profile pd-4p4d"))
+    return out
+
+
+def _check_versions(c: ClusterModel, supported_patches: Mapping[str, str]) -> list[Problem]:
+    out: list[Problem] = []
+    s = c.sglang
+    supported = ", ".join(sorted(supported_patches)) or "(none)"
+    if s.version not in supported_patches:
+        out.append(Problem("pdfleet_cluster.sglang.version", f"SGLang {s.version} has no patch entry",
+                           f"pin a supported version: {supported}"))
+    elif supported_patches[s.version] != s.patch:
+        out.append(Problem("pdfleet_cluster.sglang.patch", f"patch {s.patch!r} is not the patch for SGLang "
+                           f"{s.version}", f"set it to {supported_patches[s.version]!r}"))
+    if s.log_level not in SUPPORTED_LOG_LEVELS:
+        out.append(Problem("pdfleet_cluster.sglang.log_level", f"{s.log_level!r} is not a log level",
+                           f"use one of: {', '.join(SUPPORTED_LOG_LEVELS)}"))
+    out += _check_cuda(c)
+    return out
+
+
+def _check_cuda(c: ClusterModel) -> list[Problem]:
+    out: list[Problem] = []
+    cu = c.cuda
+    try:
+        floor, version, driver = (version_tuple(cu.floor), version_tuple(cu.version),
+                                  version_tuple(cu.driver_version))
+    except ValueError as exc:
+        return [Problem("pdfleet_cluster.cuda", str(exc), "write versions as dotted numbers, e.g. 12.8")]
+    if floor < (12, 8):
+        out.append(Problem("pdfleet_cluster.cuda.floor", f"CUDA floor {cu.floor} is below 12.8, the first "
+                           "toolkit with Blackwell (sm_120) targets", "set floor to 12.8 or higher"))
+    if version < floor:
+        out.append(Problem("pdfleet_cluster.cuda.version", f"CUDA {cu.version} is below the floor {cu.floor}",
+                           f"pin CUDA {cu.floor} or newer"))
+    needed = max((d for v, d in CUDA_DRIVER_FLOORS.items() if version_tuple(v) <= version), default=None)
+    if needed is not None and driver < needed:
+        out.append(Problem("pdfleet_cluster.cuda.driver_version", f"driver {cu.driver_version} is too old "
+                           f"for CUDA {cu.version}", f"pin a driver >= {'.'.join(map(str, needed))}"))
+    if driver[0] != cu.driver_branch:
+        out.append(Problem("pdfleet_cluster.cuda.driver_version", f"driver {cu.driver_version} is not on "
+                           f"branch {cu.driver_branch}", "make driver_branch the driver's major version"))
+    return out
+
+
+def _plan(c: ClusterModel, inventory_hosts: Mapping[str, str]) -> Plan:
+    hosts: dict[str, list[Unit]] = {name: [] for name in inventory_hosts}
+    workers = [_worker_unit(c, inst, inventory_hosts[inst.host]) for inst in c.instances]
+    for unit in workers:
+        hosts[unit.host].append(unit)
+    router = _router_unit(c, inventory_hosts[c.router.host], workers)
+    hosts[router.host].append(router)
+    return Plan(
+        profile=c.profile,
+        model=asdict(c.model),
+        sglang=asdict(c.sglang),
+        cuda=asdict(c.cuda),
+        service=asdict(c.service),
+        router_url=router.url,
+        hosts={h: units for h, units in hosts.items() if units},
+    )
+
+
+def _worker_unit(c: ClusterModel, inst: InstanceSpec, address: str) -> Unit:
+    module = "pdfleet.simworker" if c.sglang.launcher == "sim" else "sglang.launch_server"
+    argv = [f"{c.sglang.venv}/bin/python", "-m", module,
+            "--model-path", c.model.path,
+            "--served-model-name", c.model.served_name or c.model.name,
+            "--host", address, "--port", str(inst.port), "--nccl-port", str(inst.nccl_port),
+            "--tp", str(inst.tp), "--dp", str(inst.dp), "--base-gpu-id", "0",
+            "--mem-fraction-static", f"{inst.mem_fraction_static:g}",
+            "--enable-metrics", "--log-level", c.sglang.log_level]
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in inst.gpus),
+           "HF_HOME": f"{c.service.state_dir}/hf", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    if inst.role in ("prefill", "decode"):
+        argv += ["--disaggregation-mode", inst.role, "--disaggregation-transfer-backend", "nixl"]
+        if inst.bootstrap_port is not None:
+            argv += ["--disaggregation-bootstrap-port", str(inst.bootstrap_port)]
+        env |= {"SGLANG_DISAGGREGATION_NIXL_BACKEND": c.nixl.backend,
+                "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": str(c.nixl.bootstrap_timeout_s),
+                "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": str(c.nixl.waiting_timeout_s),
+                "UCX_TLS": c.nixl.ucx_tls}
+        if c.nixl.ucx_net_devices:
+            env["UCX_NET_DEVICES"] = c.nixl.ucx_net_devices
+        env |= c.nixl.extra_env
+    argv += c.model.server_args + inst.extra_args
+    role_word = {"prefill": "prefill", "decode": "decode", "mono": "monolithic"}[inst.role]
+    gpus = ",".join(str(g) for g in inst.gpus)
+    return Unit(
+        name=f"pdfleet-{inst.name}", kind="worker", role=inst.role, instance=inst.name, host=inst.host,
+        address=address, description=f"pdfleet SGLang {role_word} server {inst.name} (TP{inst.tp}, GPUs {gpus})",
+        exec_start=argv, environment=env, gpus=list(inst.gpus), cuda_visible_devices=gpus,
+        ports=_instance_ports(inst), timeout_stop_s=c.router.drain_timeout_s + 60,
+        url=f"http://{address}:{inst.port}",
+    )
+
+
+def _router_unit(c: ClusterModel, address: str, workers: list[Unit]) -> Unit:
+    r = c.router
+    if c.sglang.router_package == "smg":
+        argv = [f"{c.sglang.venv}/bin/smg", "launch"]
+    else:
+        argv = [f"{c.sglang.venv}/bin/python", "-m", "sglang_router.launch_router"]
+    if c.profile in PD_PROFILES:
+        argv += ["--pd-disaggregation"]
+        for w in workers:
+            if w.role == "prefill":
+                argv += ["--prefill", w.url, str(w.ports["bootstrap_port"])]
+        for w in workers:
+            if w.role == "decode":
+                argv += ["--decode", w.url]
+        argv += ["--prefill-policy", r.prefill_policy, "--decode-policy", r.decode_policy]
+    else:
+        argv += ["--worker-urls", *[w.url for w in workers], "--policy", r.policy]
+    argv += ["--host", address, "--port", str(r.port),
+             "--health-check-interval-secs", str(r.health_check_interval_secs)]
+    if r.api_key:
+        argv += ["--api-key", "${PDFLEET_ROUTER_API_KEY}"]
+    argv += r.extra_args
+    return Unit(
+        name=ROUTER_UNIT, kind="router", role="router", instance="router", host=r.host, address=address,
+        description=f"pdfleet SGLang router ({c.profile}, workers: {len(workers)})",
+        exec_start=argv, environment={"PYTHONUNBUFFERED": "1", "RUST_LOG": "info"},
+        ports={"port": r.port}, after=[w.name for w in workers if w.host == r.host],
+        timeout_stop_s=30, url=f"http://{address}:{r.port}",
+    )
