@@ -8,14 +8,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
+from pdfleet import patchcli, patchstatus
 from pdfleet.cluster import plan_inventory
 from pdfleet.errors import PdfleetError
 from pdfleet.paths import DEFAULT_INVENTORY
 from pdfleet.planner import Plan
 from pdfleet.render import render_plan
+from pdfleet.sim import cli as sim_cli
 from pdfleet.table import format_table
 
 
@@ -65,23 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=Path, required=True, help="output directory (<dir>/<host>/...)")
     p.set_defaults(func=cmd_render)
 
-    for register in _extensions():
+    for register in (patchcli.register, patchstatus.register, sim_cli.register):
         register(sub)
     return parser
-
-
-def _extensions() -> list[Callable[[argparse._SubParsersAction], None]]:
-    """Subcommand groups that live in their own modules."""
-    found: list[Callable[[argparse._SubParsersAction], None]] = []
-    for module in ("pdfleet.patchcli", "pdfleet.sim.cli"):
-        try:
-            mod = __import__(module, fromlist=["register"])
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
-            continue
-        found.append(mod.register)
-    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
+from pdfleet import patches
 from pdfleet.errors import InventoryError
 from pdfleet.inventory import load_inventory
 from pdfleet.model import ROOT_VARIABLE
@@ -15,11 +14,7 @@ from pdfleet.planner import Plan, build_plan
 
 def supported_patches(patch_dir: Path = PATCH_DIR) -> dict[str, str]:
     """SGLang version -> patch id, from the patch series' manifests."""
-    out: dict[str, str] = {}
-    for manifest in sorted(patch_dir.glob("*/manifest.yml")):
-        data = yaml.safe_load(manifest.read_text(encoding="utf-8"))
-        out[str(data["version"])] = str(data["patch_id"])
-    return out
+    return {v: patches.load_manifest(v, patch_dir).patch_id for v in patches.supported_versions(patch_dir)}
 
 
 def plan_inventory(path: str | Path) -> Plan:

@@ -55,7 +55,7 @@ class RouterSpec:
     port: int = 8000
     policy: str = "cache_aware"
     prefill_policy: str = "cache_aware"
-    decode_policy: str = "power_of_two"
+    decode_policy: str = "round_robin"
     health_check_interval_secs: int = 10
     drain_timeout_s: int = 120
     api_key: bool = False

@@ -223,6 +223,12 @@ def _check_roles(c: ClusterModel) -> list[Problem]:
         if any(r != "mono" for r in roles):
             out.append(Problem("pdfleet_cluster.instances", "profile mono-tp8 has prefill/decode instances",
                                "use role mono for every instance, or a pd-* profile"))
+    for role, policy in (("prefill", c.router.prefill_policy), ("decode", c.router.decode_policy)):
+        count = roles.count(role)
+        if policy == "power_of_two" and c.profile in PD_PROFILES and count < 2:
+            out.append(Problem(f"pdfleet_cluster.router.{role}_policy", f"power_of_two needs at least 2 {role} "
+                               f"workers, the plan has {count}", "use round_robin or cache_aware",
+                               host=c.router.host))
     hosts_by_role = {r: {i.host for i in c.instances if i.role == r} for r in ("prefill", "decode")}
     if c.profile == "pd-4p4d" and len({i.host for i in c.instances}) > 1:
         out.append(Problem("pdfleet_cluster.profile", "pd-4p4d puts prefill and decode on one host, but the "

@@ -50,5 +50,5 @@ def test_preflight_rejects_before_touching_hosts(malformed: tuple[Path, str]) ->
     assert proc.returncode != 0, out
     assert expect in out, out
     assert "Preflight | plan the cluster" in out
-    assert "Units | install" not in out  # no play after preflight ran
+    assert "Deploy | " not in out  # no play after preflight ran
     assert "UNREACHABLE" not in out and "changed=0" in out  # no connection attempted, nothing changed

@@ -12,8 +12,10 @@ from ansible.errors import AnsibleFilterError
 try:
     from pdfleet.cluster import supported_patches
     from pdfleet.errors import PlanError
+    from pdfleet.paths import REPO_ROOT, TEMPLATE_DIR
     from pdfleet.planner import build_plan
     from pdfleet.render import unit_context
+    from pdfleet.runtime import OVERLAY_REQUIREMENTS
 except ImportError as exc:  # pragma: no cover - depends on how ansible-playbook was started
     _IMPORT_ERROR: ImportError | None = exc
 else:
@@ -38,6 +40,10 @@ def pdfleet_plan(cluster: object, hostvars: Mapping[str, Mapping[str, object]], 
         host: [{k: v for k, v in unit_context(u, plan).items() if k != "ansible_managed"} for u in units]
         for host, units in plan.hosts.items()
     }
+    out["paths"] = {"repo": str(REPO_ROOT), "templates": str(TEMPLATE_DIR),
+                    "package": str(REPO_ROOT / "scripts" / "pdfleet")}
+    # The version-specific requirements the simulated hosts install on top of their CPU runtime.
+    out["sim_packages"] = list(OVERLAY_REQUIREMENTS.get(plan.sglang["version"], ()))
     return out
 
 

@@ -1,0 +1,181 @@
+"""The SGLang patch series: per-version manifests and patch files, and applying them.
+
+Each supported SGLang version has a folder ``ansible/roles/sglang/files/patches/<version>/`` with
+``nixl-conn.patch`` (a unified diff against the pristine file from that version's wheel) and
+``manifest.yml`` (what the patch carries and the hashes before and after). The Ansible role applies the
+same files on the hosts; this module applies them to scratch copies for verification.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from pdfleet.errors import PdfleetError
+
+PATCH_FILE = "nixl-conn.patch"
+MANIFEST_FILE = "manifest.yml"
+PARTS = {
+    1: "ABORT handler: the room is marked Failed (sticky) and its transfer state dropped",
+    2: "transfer_worker drain guard: chunks of cleared, Failed or info-less rooms are skipped",
+    3: "non-fatal GUARD check: an unexpected leading frame or malformed message is logged and skipped",
+}
+_REQUIRED_KEYS = ("version", "patch_id", "file", "pristine_sha256", "patched_sha256", "parts", "upstream")
+
+
+class PatchError(PdfleetError):
+    """A patch could not be loaded, verified or applied; the message says what to do (exit code 2)."""
+
+
+class UnsupportedVersionError(PatchError):
+    """No patch series exists for the requested SGLang version."""
+
+    def __init__(self, version: str, supported: list[str]) -> None:
+        self.version = version
+        self.supported = supported
+        super().__init__(
+            f"SGLang {version} has no NIXL patch in pdfleet; supported versions: "
+            f"{', '.join(supported) or 'none'}. Pin sglang_version to one of them, or add "
+            f"ansible/roles/sglang/files/patches/{version}/ (patch + manifest)."
+        )
+
+
+@dataclass(frozen=True)
+class PatchManifest:
+    """One version's manifest, with the path of its patch file."""
+
+    version: str
+    patch_id: str
+    file: str  # path of the patched file inside site-packages
+    pristine_sha256: str
+    patched_sha256: str
+    parts: tuple[int, ...]
+    upstream_parts: tuple[int, ...]
+    upstream_note: str
+    patch_path: Path
+
+
+def default_patches_dir() -> Path:
+    """The repository's ``ansible/roles/sglang/files/patches`` folder."""
+    return Path(__file__).resolve().parents[2] / "ansible" / "roles" / "sglang" / "files" / "patches"
+
+
+def _version_key(version: str) -> tuple[tuple[int, str], ...]:
+    return tuple((int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"[.+-]", version))
+
+
+def supported_versions(patches_dir: Path | None = None) -> list[str]:
+    """The SGLang versions that have a manifest, oldest first."""
+    root = patches_dir or default_patches_dir()
+    if not root.is_dir():
+        return []
+    found = [d.name for d in root.iterdir() if (d / MANIFEST_FILE).is_file()]
+    return sorted(found, key=_version_key)
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load_manifest(version: str, patches_dir: Path | None = None) -> PatchManifest:
+    """Load and check the manifest of ``version``; raise UnsupportedVersionError when there is none."""
+    root = patches_dir or default_patches_dir()
+    folder = root / version
+    manifest_path = folder / MANIFEST_FILE
+    if not manifest_path.is_file():
+        raise UnsupportedVersionError(version, supported_versions(root))
+    data = yaml.safe_load(manifest_path.read_text())
+    if not isinstance(data, dict):
+        raise PatchError(f"{manifest_path}: expected a mapping, got {type(data).__name__}")
+    missing = [k for k in _REQUIRED_KEYS if k not in data]
+    if missing:
+        raise PatchError(f"{manifest_path}: missing keys {', '.join(missing)}")
+    if str(data["version"]) != version:
+        raise PatchError(f"{manifest_path}: says version {data['version']!r} but lives in folder {version!r}")
+    parts = tuple(int(p) for p in data["parts"])
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown or not parts:
+        raise PatchError(f"{manifest_path}: parts must be a non-empty subset of {sorted(PARTS)}, got {parts}")
+    upstream = data["upstream"] or {}
+    if not isinstance(upstream, dict):
+        raise PatchError(f"{manifest_path}: upstream must be a mapping with 'parts' and 'note'")
+    patch_path = folder / PATCH_FILE
+    if not patch_path.is_file():
+        raise PatchError(f"{manifest_path}: the patch file {patch_path} is missing")
+    return PatchManifest(
+        version=version,
+        patch_id=str(data["patch_id"]),
+        file=str(data["file"]),
+        pristine_sha256=str(data["pristine_sha256"]),
+        patched_sha256=str(data["patched_sha256"]),
+        parts=parts,
+        upstream_parts=tuple(int(p) for p in upstream.get("parts") or ()),
+        upstream_note=str(upstream.get("note", "")),
+        patch_path=patch_path,
+    )
+
+
+def extract_from_wheel(wheel: Path, member: str, dest: Path) -> Path:
+    """Copy ``member`` (e.g. the manifest's ``file``) out of a wheel into ``dest``."""
+    try:
+        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(src.read())
+    except KeyError as e:
+        raise PatchError(f"{wheel.name} has no {member}: is it an SGLang wheel?") from e
+    except zipfile.BadZipFile as e:
+        raise PatchError(f"{wheel} is not a valid wheel; delete it so it is downloaded again") from e
+    return dest
+
+
+def _patch_binary() -> str:
+    found = shutil.which("patch")
+    if found is None:
+        raise PatchError("GNU patch is not installed; install it (Debian: apt-get install patch)")
+    return found
+
+
+def apply_to_copy(
+    version: str, pristine_file: Path, dest: Path, patches_dir: Path | None = None
+) -> PatchManifest:
+    """Write the patched version of ``pristine_file`` to ``dest`` (the pristine file is not touched).
+
+    The pristine file's hash must match the manifest (else it is not that version's file), the GNU
+    ``patch`` binary must apply every hunk exactly, and the result must hash to ``patched_sha256``.
+    """
+    manifest = load_manifest(version, patches_dir)
+    actual = sha256_file(pristine_file)
+    if actual != manifest.pristine_sha256:
+        raise PatchError(
+            f"{pristine_file} (sha256 {actual[:12]}…) is not the pristine {manifest.file} of SGLang "
+            f"{version} (expected {manifest.pristine_sha256[:12]}…); take it from the sglang=={version} wheel"
+        )
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="pdfleet-patch-") as tmp:
+        out = Path(tmp) / "patched.py"
+        proc = subprocess.run(
+            [_patch_binary(), "--batch", "--forward", "--fuzz=0", "--silent", "--reject-file=-",
+             "-o", str(out), str(pristine_file), str(manifest.patch_path)],
+            capture_output=True, text=True, check=False,
+        )
+        if proc.returncode != 0:
+            raise PatchError(
+                f"{manifest.patch_path} did not apply to {pristine_file}: "
+                f"{(proc.stdout + proc.stderr).strip() or f'exit {proc.returncode}'}"
+            )
+        patched = sha256_file(out)
+        if patched != manifest.patched_sha256:
+            raise PatchError(
+                f"patching {version} gave sha256 {patched[:12]}…, the manifest expects "
+                f"{manifest.patched_sha256[:12]}…; regenerate the manifest after editing the patch"
+            )
+        shutil.copyfile(out, dest)
+    return manifest

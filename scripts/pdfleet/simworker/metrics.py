@@ -1,0 +1,111 @@
+"""Prometheus text exposition under SGLang's metric names and labels.
+
+SGLang exports scheduler metrics with the labels ``model_name, engine_type, tp_rank, pp_rank,
+moe_ep_rank`` and tokenizer metrics with ``model_name, engine_type``; ``engine_type`` is
+``prefill``, ``decode`` or ``unified``. The simulator keeps one scheduler (rank 0) and renders the
+same families, so dashboards and the verification protocol read a simulated worker like a real one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+# (name, help) pairs. Gauges and the first counters carry the scheduler labels, the others the
+# tokenizer labels, as in SGLang.
+GAUGES: tuple[tuple[str, str], ...] = (
+    ("sglang:num_running_reqs", "The number of running requests."),
+    ("sglang:num_queue_reqs", "The number of requests in the waiting queue."),
+    ("sglang:num_prefill_bootstrap_queue_reqs", "The number of requests in the prefill bootstrap queue."),
+    ("sglang:num_prefill_inflight_queue_reqs", "The number of requests in the prefill inflight queue."),
+    ("sglang:num_decode_prealloc_queue_reqs", "The number of requests in the decode prealloc queue."),
+    ("sglang:num_decode_transfer_queue_reqs", "The number of requests in the decode transfer queue."),
+    ("sglang:gen_throughput", "The generation throughput (token/s)."),
+    ("sglang:token_usage", "The token usage."),
+)
+SCHEDULER_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("sglang:num_bootstrap_failed_reqs_total", "The number of bootstrap failed requests."),
+    ("sglang:num_transfer_failed_reqs_total", "The number of transfer failed requests."),
+)
+TOKENIZER_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("sglang:prompt_tokens_total", "Number of prefill tokens processed."),
+    ("sglang:generation_tokens_total", "Number of generation tokens processed."),
+    ("sglang:num_requests_total", "Number of requests processed."),
+    ("sglang:num_aborted_requests_total", "Number of requests aborted."),
+)
+# Not SGLang's: simulator-only facts the verification protocol may want (thread liveness).
+SIM_GAUGES: tuple[tuple[str, str], ...] = (
+    ("pdfleet_sim:kv_thread_alive", "1 if the named KV manager thread of the simulated worker is alive."),
+)
+
+
+def engine_type(disaggregation_mode: str) -> str:
+    return {"prefill": "prefill", "decode": "decode"}.get(disaggregation_mode, "unified")
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(labels: dict[str, str]) -> str:
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
+
+
+def _fmt(value: float) -> str:
+    if value == int(value):
+        return f"{int(value)}.0"
+    return repr(float(value))
+
+
+@dataclass
+class Metrics:
+    """Counters owned by the worker; gauges are sampled from live state when rendering."""
+
+    model_name: str
+    disaggregation_mode: str
+    counters: dict[str, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        for name, _ in (*SCHEDULER_COUNTERS, *TOKENIZER_COUNTERS):
+            self.counters.setdefault(name, 0.0)
+
+    def inc(self, name: str, amount: float = 1.0) -> None:
+        if name not in self.counters:
+            raise KeyError(f"unknown counter {name}")
+        with self._lock:
+            self.counters[name] += amount
+
+    def value(self, name: str) -> float:
+        return self.counters[name]
+
+    @property
+    def tokenizer_labels(self) -> dict[str, str]:
+        return {"model_name": self.model_name, "engine_type": engine_type(self.disaggregation_mode)}
+
+    @property
+    def scheduler_labels(self) -> dict[str, str]:
+        return {**self.tokenizer_labels, "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
+
+    def render(self, gauges: dict[str, float], threads: Iterable[tuple[str, bool]] = ()) -> str:
+        """The ``/metrics`` body (Prometheus text format 0.0.4)."""
+        lines: list[str] = []
+        sched = _labels(self.scheduler_labels)
+        tok = _labels(self.tokenizer_labels)
+        for name, help_text in GAUGES:
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge",
+                      f"{name}{sched} {_fmt(gauges.get(name, 0.0))}"]
+        for family, labels in ((SCHEDULER_COUNTERS, sched), (TOKENIZER_COUNTERS, tok)):
+            for name, help_text in family:
+                lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter",
+                          f"{name}{labels} {_fmt(self.counters[name])}"]
+        threads = list(threads)
+        if threads:
+            name, help_text = SIM_GAUGES[0]
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+            for thread, alive in threads:
+                labels = _labels({**self.tokenizer_labels, "thread": thread})
+                lines.append(f"{name}{labels} {_fmt(1.0 if alive else 0.0)}")
+        return "\n".join(lines) + "\n"
+

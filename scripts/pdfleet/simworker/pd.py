@@ -1,0 +1,329 @@
+"""Prefill/decode glue: the bootstrap server, the decode's handshake, the KV-ready channel.
+
+What follows SGLang (0.5.x, NIXL backend):
+
+* The prefill worker serves the bootstrap HTTP API on ``--disaggregation-bootstrap-port``:
+  ``PUT /route`` registers a prefill rank's ``rank_ip``/``rank_port``; ``GET /route`` with all four
+  ranks at -1 returns the prefill's parallel layout, with real ranks returns one rank's socket;
+  503 until every expected rank registered. ``/register_dp_rank``, ``/query_dp_ranks``, ``/health``.
+* A decode worker asks that API once per prefill address, pushes its KV-args registration to the
+  prefill rank's PULL socket, then per request pushes transfer info for the room; the prefill's
+  reader thread marks the room ``WaitingForInput`` when all expected decode ranks reported.
+* A request aborted while its transfer is pending makes the decode push the version's ``ABORT``
+  frames to the same socket (best effort, 1 s send timeout).
+
+What is the simulator's own: the KV bytes never move. When the prefill finished its simulated
+forward pass it pushes ``[PDFLEET_KV_READY, room]`` to the decode peer(s) recorded for the room by
+the prefill's reader thread (the endpoint from the decode's transfer info), on a ZMQ PULL socket the
+decode binds for that purpose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pdfleet.simworker.kv import DecodeFrames, DecodePeer
+
+if TYPE_CHECKING:
+    from aiohttp import ClientSession, web
+
+logger = logging.getLogger("pdfleet.simworker.pd")
+
+KV_READY = b"PDFLEET_KV_READY"
+ABORT_SEND_TIMEOUT_S = 1.0
+
+
+class BootstrapError(RuntimeError):
+    """The decode could not resolve the prefill rank socket from the bootstrap server."""
+
+
+@dataclass
+class RankEntry:
+    rank_ip: str
+    rank_port: int
+
+
+class BootstrapTable:
+    """The prefill's bootstrap registry (the state behind SGLang's bootstrap server routes)."""
+
+    def __init__(self) -> None:
+        self.attn_tp_size: int | None = None
+        self.attn_cp_size: int | None = None
+        self.pp_size: int | None = None
+        self.dp_size: int | None = None
+        self.page_size: int | None = None
+        self.kv_cache_dtype: str | None = None
+        self.follow_bootstrap_room: bool | None = None
+        self.ranks: dict[tuple[int, int, int, int], RankEntry] = {}
+        self.room_to_dp_rank: dict[int, int] = {}
+
+    def register(self, data: dict[str, Any]) -> None:
+        """``PUT /route``: one prefill rank announces its socket."""
+        system_dp_size = int(data["system_dp_size"])
+        if self.attn_tp_size is None:
+            self.attn_tp_size = int(data["attn_tp_size"])
+        if self.attn_cp_size is None:
+            self.attn_cp_size = int(data["attn_cp_size"])
+        if self.pp_size is None:
+            self.pp_size = int(data["pp_size"])
+        if self.dp_size is None:
+            self.dp_size = int(data["attn_dp_size"]) if system_dp_size == 1 else system_dp_size
+        if self.page_size is None and data.get("page_size") is not None:
+            self.page_size = int(data["page_size"])
+        if self.kv_cache_dtype is None and data.get("kv_cache_dtype") is not None:
+            self.kv_cache_dtype = str(data["kv_cache_dtype"])
+        if self.follow_bootstrap_room is None:
+            method = data.get("load_balance_method", "follow_bootstrap_room")
+            self.follow_bootstrap_room = method == "follow_bootstrap_room"
+        dp_group = int(data["attn_dp_rank"]) if system_dp_size == 1 else int(data["system_dp_rank"])
+        key = (dp_group, int(data["attn_cp_rank"]), int(data["attn_tp_rank"]), int(data["pp_rank"]))
+        self.ranks[key] = RankEntry(rank_ip=str(data["rank_ip"]), rank_port=int(data["rank_port"]))
+
+    def expected(self) -> int | None:
+        sizes = (self.dp_size, self.attn_cp_size, self.attn_tp_size, self.pp_size)
+        if any(s is None for s in sizes):
+            return None
+        out = 1
+        for s in sizes:
+            out *= int(s)  # type: ignore[arg-type]
+        return out
+
+    def ready(self) -> bool:
+        expected = self.expected()
+        return expected is not None and len(self.ranks) >= expected
+
+    def layout(self) -> dict[str, Any]:
+        return {
+            "attn_tp_size": self.attn_tp_size,
+            "attn_cp_size": self.attn_cp_size,
+            "dp_size": self.dp_size,
+            "pp_size": self.pp_size,
+            "page_size": self.page_size,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "follow_bootstrap_room": True if self.follow_bootstrap_room is None else self.follow_bootstrap_room,
+        }
+
+
+def bootstrap_app(table: BootstrapTable) -> web.Application:
+    """The aiohttp application served on the prefill's bootstrap port."""
+    from aiohttp import web
+
+    async def route(request: web.Request) -> web.Response:
+        if request.method == "PUT":
+            table.register(await request.json())
+            return web.Response(text="OK")
+        if request.method != "GET":
+            return web.Response(text="Method not allowed", status=405)
+        names = ("prefill_dp_rank", "prefill_cp_rank", "target_tp_rank", "target_pp_rank")
+        raw = [request.query.get(n) for n in names]
+        if not all(raw):
+            return web.Response(text="Missing inputs for bootstrap server.", status=400)
+        try:
+            key = tuple(int(v) for v in raw)  # type: ignore[arg-type]
+        except ValueError:
+            return web.Response(text="Bootstrap ranks must be integers.", status=400)
+        if not table.ready():
+            return web.Response(
+                text=f"Prefill server not fully registered yet ({len(table.ranks)} workers registered).",
+                status=503,
+            )
+        if key == (-1, -1, -1, -1):
+            return web.json_response(table.layout())
+        entry = table.ranks.get(key)  # type: ignore[arg-type]
+        if entry is None:
+            return web.Response(
+                text=f"Bootstrap info not found for dp_rank={key[0]} cp_rank={key[1]} "
+                f"tp_rank={key[2]} pp_rank={key[3]}",
+                status=404,
+            )
+        return web.json_response({"rank_ip": entry.rank_ip, "rank_port": entry.rank_port})
+
+    async def register_dp_rank(request: web.Request) -> web.Response:
+        data = await request.json()
+        table.room_to_dp_rank[int(data["bootstrap_room"])] = int(data["dp_rank"])
+        return web.Response(text="OK")
+
+    async def query_dp_ranks(request: web.Request) -> web.Response:
+        data = await request.json()
+        rooms = [int(r) for r in data.get("bootstrap_rooms", [])]
+        return web.json_response({str(r): table.room_to_dp_rank[r] for r in rooms if r in table.room_to_dp_rank})
+
+    async def health(_: web.Request) -> web.Response:
+        return web.Response(text="OK")
+
+    app = web.Application()
+    app.router.add_route("*", "/route", route)
+    app.router.add_post("/register_dp_rank", register_dp_rank)
+    app.router.add_post("/query_dp_ranks", query_dp_ranks)
+    app.router.add_get("/health", health)
+    return app
+
+
+def rank_registration(
+    rank_ip: str, rank_port: int, page_size: int, kv_cache_dtype: str
+) -> dict[str, Any]:
+    """The ``PUT /route`` body of the simulator's single prefill rank (TP/DP/PP collapsed to 1)."""
+    return {
+        "attn_tp_size": 1, "attn_tp_rank": 0, "attn_cp_size": 1, "attn_cp_rank": 0,
+        "attn_dp_size": 1, "attn_dp_rank": 0, "pp_size": 1, "pp_rank": 0,
+        "system_dp_size": 1, "system_dp_rank": 0,
+        "rank_ip": rank_ip, "rank_port": rank_port, "page_size": page_size,
+        "kv_cache_dtype": kv_cache_dtype, "load_balance_method": "follow_bootstrap_room",
+    }
+
+
+@dataclass
+class PrefillTarget:
+    """One prefill rank a decode request pushes to."""
+
+    addr: str
+    rank_ip: str
+    rank_port: int
+
+    @property
+    def endpoint(self) -> str:
+        return f"tcp://{self.rank_ip}:{self.rank_port}"
+
+
+class DecodeLink:
+    """Decode side: resolves prefill rank sockets, pushes frames, receives KV-ready notices."""
+
+    def __init__(self, frames: DecodeFrames, local_ip: str, session: ClientSession) -> None:
+        import zmq
+        import zmq.asyncio
+
+        self._zmq = zmq
+        self.frames = frames
+        self.local_ip = local_ip
+        self._session = session
+        self._ctx = zmq.asyncio.Context()
+        self._pull = self._ctx.socket(zmq.PULL)
+        self._pull.setsockopt(zmq.LINGER, 0)
+        self.local_port = self._pull.bind_to_random_port(f"tcp://{local_ip}")
+        self._push: dict[str, Any] = {}
+        self._targets: dict[str, PrefillTarget] = {}
+        self._resolving: dict[str, asyncio.Lock] = {}
+        self._ready: dict[int, asyncio.Event] = {}
+        self._listener: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._listener = asyncio.get_running_loop().create_task(self._listen())
+
+    async def _listen(self) -> None:
+        while True:
+            frames = await self._pull.recv_multipart()
+            if len(frames) >= 2 and frames[0] == KV_READY:
+                room = int(frames[1].decode("ascii"))
+                self._ready.setdefault(room, asyncio.Event()).set()
+            else:
+                logger.warning("decode KV channel: ignored a message with leading frame %r", frames[0][:32])
+
+    def kv_ready_event(self, room: int) -> asyncio.Event:
+        return self._ready.setdefault(room, asyncio.Event())
+
+    def forget_room(self, room: int) -> None:
+        self._ready.pop(room, None)
+
+    def _socket(self, endpoint: str) -> Any:
+        sock = self._push.get(endpoint)
+        if sock is None:
+            sock = self._ctx.socket(self._zmq.PUSH)
+            sock.setsockopt(self._zmq.LINGER, 0)
+            sock.connect(endpoint)
+            self._push[endpoint] = sock
+        return sock
+
+    async def _get_json(self, url: str) -> Any:
+        import aiohttp
+
+        try:
+            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as resp:
+                if resp.status != 200:
+                    raise BootstrapError(f"Failed to get prefill server info: {resp.status}, {await resp.text()}")
+                return await resp.json()
+        except (TimeoutError, aiohttp.ClientError) as e:
+            raise BootstrapError(f"Error fetching prefill info from bootstrap: {e}") from e
+
+    async def resolve(self, bootstrap_host: str, bootstrap_port: int) -> PrefillTarget:
+        """The prefill rank socket for a bootstrap address; registers our KV args on first use."""
+        host = f"[{bootstrap_host}]" if ":" in bootstrap_host else bootstrap_host
+        addr = f"{host}:{bootstrap_port}"
+        target = self._targets.get(addr)
+        if target is not None:
+            return target
+        lock = self._resolving.setdefault(addr, asyncio.Lock())
+        async with lock:
+            target = self._targets.get(addr)
+            if target is not None:
+                return target
+            base = f"http://{addr}/route"
+            layout = await self._get_json(f"{base}?prefill_dp_rank=-1&prefill_cp_rank=-1"
+                                          "&target_tp_rank=-1&target_pp_rank=-1")
+            if not isinstance(layout, dict) or "attn_tp_size" not in layout:
+                raise BootstrapError(f"Unexpected prefill layout from {addr}: {layout!r}")
+            info = await self._get_json(f"{base}?prefill_dp_rank=0&prefill_cp_rank=0&target_tp_rank=0&target_pp_rank=0")
+            target = PrefillTarget(addr=addr, rank_ip=str(info["rank_ip"]), rank_port=int(info["rank_port"]))
+            await self._socket(target.endpoint).send_multipart(
+                self.frames.register(self.local_ip, self.local_port)
+            )
+            logger.debug("Registered KV args with prefill %s (%s)", addr, target.endpoint)
+            self._targets[addr] = target
+            return target
+
+    async def send_transfer_info(self, target: PrefillTarget, room: int, num_pages: int) -> None:
+        frames = self.frames.transfer_info(room, self.local_ip, self.local_port, num_pages)
+        await self._socket(target.endpoint).send_multipart(frames)
+
+    async def send_abort(self, target: PrefillTarget, room: int) -> bool:
+        """Best effort, like SGLang: a send that cannot complete in 1 s is dropped."""
+        frames = self.frames.abort(room, self.local_ip, self.local_port)
+        try:
+            await asyncio.wait_for(self._socket(target.endpoint).send_multipart(frames), ABORT_SEND_TIMEOUT_S)
+        except (TimeoutError, self._zmq.ZMQError) as e:
+            logger.debug("Failed to send abort notification for room %s: %s", room, e)
+            return False
+        logger.debug("Sent abort notification for room %s to %s", room, target.endpoint)
+        return True
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+        for sock in self._push.values():
+            sock.close(0)
+        self._pull.close(0)
+        self._ctx.term()
+
+
+class PrefillLink:
+    """Prefill side of the simulator's KV-ready channel."""
+
+    def __init__(self) -> None:
+        import zmq
+        import zmq.asyncio
+
+        self._zmq = zmq
+        self._ctx = zmq.asyncio.Context()
+        self._push: dict[str, Any] = {}
+
+    async def notify(self, peers: list[DecodePeer], room: int) -> None:
+        for peer in peers:
+            host = f"[{peer.ip}]" if ":" in peer.ip else peer.ip
+            endpoint = f"tcp://{host}:{peer.port}"
+            sock = self._push.get(endpoint)
+            if sock is None:
+                sock = self._ctx.socket(self._zmq.PUSH)
+                sock.setsockopt(self._zmq.LINGER, 0)
+                sock.connect(endpoint)
+                self._push[endpoint] = sock
+            try:
+                await asyncio.wait_for(sock.send_multipart([KV_READY, str(room).encode("ascii")]), 5.0)
+            except TimeoutError:
+                logger.warning("KV-ready notice for room %s to %s timed out", room, endpoint)
+
+    async def close(self) -> None:
+        for sock in self._push.values():
+            sock.close(0)
+        self._ctx.term()

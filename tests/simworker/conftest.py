@@ -1,0 +1,64 @@
+"""Fixtures for the simulated worker tests: which interpreters and routers are available."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pdfleet.simworker.launch import REPO_ROOT, RouterSpec
+
+SCRIPTS = REPO_ROOT / "scripts"
+
+
+def _can_import(python: str, modules: str) -> bool:
+    try:
+        return subprocess.run([python, "-c", f"import {modules}"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _sim_python() -> str | None:
+    """An interpreter that can run the simulated worker (aiohttp + pyzmq)."""
+    candidates = [os.environ.get("PDFLEET_SIM_PYTHON", ""), sys.executable,
+                  str(REPO_ROOT / ".cache/runtime/base/bin/python"), str(REPO_ROOT / ".cache/simdev/bin/python")]
+    for cand in candidates:
+        if cand and Path(cand).is_file() and _can_import(cand, "aiohttp, zmq"):
+            return cand
+    return None
+
+
+@pytest.fixture(scope="session")
+def sim_python() -> str:
+    py = _sim_python()
+    if py is None:
+        pytest.skip("no interpreter with aiohttp and pyzmq for the simulated worker "
+                    "(install them in the project venv or set PDFLEET_SIM_PYTHON)")
+    return py
+
+
+@pytest.fixture(scope="session")
+def fake_env() -> dict[str, str]:
+    """Environment of a simulated worker on the light KV stand-in (no SGLang needed)."""
+    return {"PYTHONPATH": str(SCRIPTS), "PDFLEET_SIM_KV_BACKEND": "fake", "PYTHONUNBUFFERED": "1",
+            "PDFLEET_SIM_ABORT_DELAY_S": "0.5"}
+
+
+def _router(kind: str) -> RouterSpec:
+    spec = RouterSpec.find(kind)
+    if spec is None:
+        pytest.skip(f"router {kind} is not installed (scratch venv under .cache/ or PDFLEET_ROUTER_BIN)")
+    return spec
+
+
+@pytest.fixture(scope="session")
+def router() -> RouterSpec:
+    """The router pdfleet deploys (sglang-router 0.3.2; see the simworker report for why)."""
+    return _router(os.environ.get("PDFLEET_ROUTER_KIND", "sglang-router"))
+
+
+@pytest.fixture(scope="session")
+def smg_router() -> RouterSpec:
+    return _router("smg")
