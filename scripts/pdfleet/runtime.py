@@ -75,19 +75,18 @@ BASE_REQUIREMENTS: tuple[str, ...] = (
 
 # Installed with --no-deps into overlay-<version>, after sglang==<version> itself: the wheel's own
 # transformers pin and the packages whose compatible versions differ between SGLang versions. The sim hosts'
-# sglang role installs the same list; names are spelled as `pip freeze` prints them, because Ansible's pip
-# module compares names literally in check mode.
+# sglang role installs the same list into each host's service venv.
 OVERLAY_REQUIREMENTS: dict[str, tuple[str, ...]] = {
     "0.5.15.post1": (
         "transformers==5.12.1",
-        "huggingface_hub==1.33.0",
+        "huggingface-hub==1.33.0",
         "tokenizers==0.22.2",
         "compressed-tensors==0.18.0",
         "openai==2.6.1",
     ),
     "0.5.23": (
         "transformers==5.19.0",
-        "huggingface_hub==2.4.0",
+        "huggingface-hub==2.4.0",
         "tokenizers==0.23.3",
         "compressed-tensors==0.18.0",
     ),

@@ -1,0 +1,80 @@
+"""site.yml on a fresh simulated cluster: it converges, serves through the real router, is idempotent,
+and the sglang role refuses a hand-edited conn.py without touching it."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from .conftest import SimCluster, recap
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+
+def chat(cluster: SimCluster, prompt: str, timeout: float = 30) -> dict:
+    body = json.dumps({"model": cluster.model, "max_tokens": 16,
+                       "messages": [{"role": "user", "content": prompt}]}).encode()
+    req = urllib.request.Request(cluster.router_url + "/v1/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        assert resp.status == 200
+        return json.loads(resp.read())
+
+
+@pytest.fixture(scope="module")
+def converged(sim_cluster: SimCluster) -> SimCluster:
+    sim_cluster.set_patched(True)
+    sim_cluster.playbook()
+    sim_cluster.wait_ready()
+    return sim_cluster
+
+
+def test_completion_through_the_router(converged: SimCluster) -> None:
+    out = chat(converged, "In one sentence, what is PCIe?")
+    assert out["id"].startswith("chatcmpl-")
+    assert out["model"] == converged.model
+    assert out["usage"]["completion_tokens"] > 0
+    assert out["choices"][0]["message"]["content"]
+
+
+def test_second_run_changes_nothing(converged: SimCluster) -> None:
+    proc = converged.playbook()
+    assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]
+
+
+def test_check_mode_on_a_converged_cluster(converged: SimCluster) -> None:
+    proc = converged.playbook("--check", "--diff")
+    assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]
+
+
+def test_units_run_as_the_unprivileged_user(converged: SimCluster) -> None:
+    for unit in ("pdfleet-prefill0", "pdfleet-decode0", "pdfleet-router"):
+        props = converged.ssh(f"systemctl show -p MainPID,NoNewPrivileges,ProtectSystem {unit}").stdout
+        assert "NoNewPrivileges=yes" in props and "ProtectSystem=strict" in props, props
+        pid = props.split("MainPID=")[1].split()[0]
+        assert converged.ssh(f"ps -o user= -p {pid}").stdout.strip() == "pdfleet", unit
+
+
+def test_record_matches_the_patched_file(converged: SimCluster) -> None:
+    record = json.loads(converged.ssh("cat /opt/pdfleet/venv/pdfleet-record.json").stdout)
+    found = converged.ssh(f"sha256sum {record['file']}").stdout.split()[0]
+    assert record["patched"] is True and record["patch_id"] == "nixl-abort-v1"
+    assert found == record["sha256"]
+
+
+def test_drift_fails_and_leaves_the_file_untouched(converged: SimCluster) -> None:
+    record = json.loads(converged.ssh("cat /opt/pdfleet/venv/pdfleet-record.json").stdout)
+    conn = record["file"]
+    assert converged.ssh(f"echo '# hand edit' >> {conn}").returncode == 0
+    before = converged.ssh(f"sha256sum {conn}").stdout.split()[0]
+    try:
+        proc = converged.playbook(check=False)
+        assert proc.returncode != 0
+        assert f"node1: {conn} has sha256 {before}" in proc.stdout
+        assert "nothing was changed" in proc.stdout
+        assert converged.ssh(f"sha256sum {conn}").stdout.split()[0] == before
+    finally:
+        converged.ssh(f"sed -i '$ d' {conn}")  # undo the hand edit: the file is patched again
+    assert converged.ssh(f"sha256sum {conn}").stdout.split()[0] == record["sha256"]
