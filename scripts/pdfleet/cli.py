@@ -19,6 +19,7 @@ from pdfleet.planner import Plan
 from pdfleet.render import render_plan
 from pdfleet.sim import cli as sim_cli
 from pdfleet.table import format_table
+from pdfleet.verify import cli as verify_cli
 
 
 def _inventory_arg(p: argparse.ArgumentParser) -> None:
@@ -67,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=Path, required=True, help="output directory (<dir>/<host>/...)")
     p.set_defaults(func=cmd_render)
 
-    for register in (patchcli.register, patchstatus.register, sim_cli.register):
+    for register in (patchcli.register, patchstatus.register, sim_cli.register, verify_cli.register):
         register(sub)
     return parser
 

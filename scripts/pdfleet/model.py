@@ -53,6 +53,7 @@ class RouterSpec:
 
     host: str
     port: int = 8000
+    metrics_port: int = 29000
     policy: str = "cache_aware"
     prefill_policy: str = "cache_aware"
     decode_policy: str = "round_robin"

@@ -191,7 +191,7 @@ def _check_ports(c: ClusterModel) -> list[Problem]:
                for i, inst in enumerate(c.instances)]
     for var, host, owner, ports in claims:
         for key, port in ports.items():
-            name = var if var.endswith(".port") else f"{var}.{key}"
+            name = f"{var}.{key}"
             if not 1024 <= port <= 65535:
                 out.append(Problem(name, f"port {port} is outside 1024-65535",
                                    "pick an unprivileged port", host=host))
@@ -351,6 +351,7 @@ def _router_unit(c: ClusterModel, address: str, workers: list[Unit]) -> Unit:
     else:
         argv += ["--worker-urls", *[w.url for w in workers], "--policy", r.policy]
     argv += ["--host", address, "--port", str(r.port),
+             "--prometheus-host", address, "--prometheus-port", str(r.metrics_port),
              "--health-check-interval-secs", str(r.health_check_interval_secs)]
     if r.api_key:
         argv += ["--api-key", "${PDFLEET_ROUTER_API_KEY}"]
@@ -359,6 +360,6 @@ def _router_unit(c: ClusterModel, address: str, workers: list[Unit]) -> Unit:
         name=ROUTER_UNIT, kind="router", role="router", instance="router", host=r.host, address=address,
         description=f"pdfleet SGLang router ({c.profile}, workers: {len(workers)})",
         exec_start=argv, environment={"PYTHONUNBUFFERED": "1", "RUST_LOG": "info"},
-        ports={"port": r.port}, after=[w.name for w in workers if w.host == r.host],
+        ports={"port": r.port, "metrics_port": r.metrics_port}, after=[w.name for w in workers if w.host == r.host],
         timeout_stop_s=30, url=f"http://{address}:{r.port}",
     )

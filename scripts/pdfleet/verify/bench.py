@@ -1,0 +1,161 @@
+"""Check 6: a fixed load, compared with the stored baseline of the profile.
+
+The load comes from pdfleet's own generator (``requests`` streaming chat completions, ``concurrency`` at a
+time, fixed prompt and output lengths; ``ignore_eos`` so every request produces the same number of tokens
+where the server honours it) or, on a real cluster, from ``python -m sglang.bench_serving --dataset-name
+random-ids`` (``--bench-tool sglang``). Output throughput, median TTFT and median TPOT are compared with the
+baseline under tolerances. No stored baseline -> status ``no-baseline``: reported, never a failure.
+Baselines live in one JSON file keyed by ``<profile>`` and carry the load they were measured with; a baseline
+of a different load is not compared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import statistics
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pdfleet.verify.cascade import long_prompt
+from pdfleet.verify.client import StreamSession, chat_body
+from pdfleet.verify.result import ERROR, FAIL, NO_BASELINE, PASS, CheckResult
+from pdfleet.verify.settings import Settings
+
+METRICS = ("output_throughput", "median_ttft_ms", "median_tpot_ms")
+
+
+def load_shape(s: Settings) -> dict[str, Any]:
+    return {"tool": s.bench_tool, "requests": s.bench_requests, "concurrency": s.bench_concurrency,
+            "prompt_words": s.bench_prompt_words, "max_tokens": s.bench_max_tokens}
+
+
+async def pdfleet_load(url: str, model: str, s: Settings) -> dict[str, Any]:
+    """Run the fixed load; return throughput, TTFT/TPOT medians (bench_serving's field names)."""
+    sem = asyncio.Semaphore(s.bench_concurrency)
+    tag = uuid.uuid4().hex[:8]
+    sessions: list[StreamSession] = []
+
+    async def one(i: int) -> None:
+        body = chat_body(model, long_prompt(s.bench_prompt_words, f"bench-{tag}-{i}"), s.bench_max_tokens, True)
+        body["ignore_eos"] = True
+        sess = StreamSession(i, url, body)
+        sessions.append(sess)
+        async with sem:
+            await sess.run()
+
+    t0 = time.monotonic()
+    try:
+        await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(s.bench_requests))), s.bench_deadline_s)
+    except TimeoutError:
+        for sess in sessions:
+            sess.kill()
+    duration = time.monotonic() - t0
+    done = [x for x in sessions if x.phase == "completed" and not x.killed]
+    tokens = sum((x.usage or {}).get("completion_tokens", x.tokens) for x in done)
+    ttft = [x.first_token_s * 1000 for x in done if x.first_token_s is not None]
+    tpot = [t * 1000 for x in done if (t := x.tpot_s) is not None]
+    return {"completed": len(done), "requests": s.bench_requests, "duration_s": round(duration, 3),
+            "output_throughput": round(tokens / duration, 3) if duration > 0 else 0.0,
+            "request_throughput": round(len(done) / duration, 3) if duration > 0 else 0.0,
+            "median_ttft_ms": round(statistics.median(ttft), 3) if ttft else None,
+            "median_tpot_ms": round(statistics.median(tpot), 3) if tpot else None,
+            "errors": sorted({x.error for x in sessions if x.error})[:5]}
+
+
+def sglang_command(base_url: str, s: Settings, output: Path) -> list[str]:
+    """``python -m sglang.bench_serving`` with the same load shape (random-ids needs no download)."""
+    prompt_tokens = int(s.bench_prompt_words * 1.3)
+    return [*shlex.split(s.bench_python), "-m", "sglang.bench_serving", "--backend", "sglang",
+            "--base-url", base_url, "--dataset-name", "random-ids", "--tokenizer", s.bench_tokenizer,
+            "--random-input-len", str(prompt_tokens), "--random-output-len", str(s.bench_max_tokens),
+            "--random-range-ratio", "1.0", "--num-prompts", str(s.bench_requests),
+            "--max-concurrency", str(s.bench_concurrency), "--seed", str(s.seed), "--output-file", str(output)]
+
+
+def parse_bench_serving(text: str) -> dict[str, Any]:
+    """The last JSON line of a bench_serving output file."""
+    lines = [line for line in text.splitlines() if line.strip().startswith("{")]
+    if not lines:
+        raise ValueError("bench_serving wrote no JSON result line")
+    data = json.loads(lines[-1])
+    return {"completed": data.get("completed"), "requests": data.get("num_prompts") or data.get("completed"),
+            "duration_s": data.get("duration"), "output_throughput": data.get("output_throughput"),
+            "request_throughput": data.get("request_throughput"), "median_ttft_ms": data.get("median_ttft_ms"),
+            "median_tpot_ms": data.get("median_tpot_ms"), "errors": []}
+
+
+def sglang_load(base_url: str, s: Settings, workdir: Path) -> dict[str, Any]:
+    out = workdir / f"bench-serving-{uuid.uuid4().hex[:8]}.jsonl"
+    proc = subprocess.run(sglang_command(base_url, s, out), capture_output=True, text=True,
+                          timeout=s.bench_deadline_s, check=False)
+    if proc.returncode != 0 or not out.is_file():
+        raise RuntimeError(f"bench_serving exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    return parse_bench_serving(out.read_text())
+
+
+def read_baselines(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    return data if isinstance(data, dict) else {}
+
+
+def save_baseline(path: Path, profile: str, shape: dict[str, Any], result: dict[str, Any],
+                  versions: dict[str, Any]) -> None:
+    data = read_baselines(path)
+    data[profile] = {"load": shape, "result": {k: result.get(k) for k in METRICS}, "versions": versions,
+                     "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def compare(result: dict[str, Any], baseline: dict[str, Any], s: Settings) -> tuple[list[str], dict[str, Any]]:
+    """Failures and thresholds: throughput may drop by tol_throughput, TTFT/TPOT grow by tol_ttft/tol_tpot."""
+    base = baseline["result"]
+    limits = {"output_throughput_min": base["output_throughput"] * (1 - s.tol_throughput),
+              "median_ttft_ms_max": base["median_ttft_ms"] * (1 + s.tol_ttft),
+              "median_tpot_ms_max": base["median_tpot_ms"] * (1 + s.tol_tpot)}
+    limits = {k: round(v, 3) for k, v in limits.items()}
+    failures = []
+    if result["output_throughput"] < limits["output_throughput_min"]:
+        failures.append(f"output throughput {result['output_throughput']} tok/s < {limits['output_throughput_min']}"
+                        f" (baseline {base['output_throughput']}, -{s.tol_throughput:.0%})")
+    for key, tol in (("median_ttft_ms", s.tol_ttft), ("median_tpot_ms", s.tol_tpot)):
+        value, limit = result.get(key), limits[f"{key}_max"]
+        if value is None or value > limit:
+            failures.append(f"{key} {value} > {limit} (baseline {base[key]}, +{tol:.0%})")
+    return failures, limits
+
+
+def bench_check(result: dict[str, Any] | None, error: str | None, profile: str, s: Settings,
+                versions: dict[str, Any], duration_s: float) -> CheckResult:
+    shape = load_shape(s)
+    if result is None:
+        return CheckResult("bench", ERROR, f"benchmark could not run: {error}", {"load": shape},
+                           failures=[f"benchmark could not run: {error}"], duration_s=duration_s)
+    measured = {**result, "load": shape}
+    if result["completed"] < result["requests"]:
+        why = f"only {result['completed']}/{result['requests']} benchmark requests completed: {result['errors']}"
+        return CheckResult("bench", FAIL, why, measured, {"completed": result["requests"]}, [why],
+                           duration_s=duration_s)
+    baseline = read_baselines(s.baseline_file).get(profile)
+    saved = ""
+    if s.save_baseline:
+        save_baseline(s.baseline_file, profile, shape, result, versions)
+        saved = f"; saved as the {profile} baseline in {s.baseline_file}"
+    if baseline is None or baseline.get("load") != shape:
+        why = "no baseline" if baseline is None else "no baseline for this load shape"
+        return CheckResult("bench", NO_BASELINE, f"{why} for profile {profile} in {s.baseline_file} "
+                           f"(not a failure; save one with --save-baseline){saved}", measured,
+                           {"baseline": None}, duration_s=duration_s)
+    failures, limits = compare(result, baseline, s)
+    summary = (f"{result['output_throughput']} tok/s, TTFT {result['median_ttft_ms']} ms, "
+               f"TPOT {result['median_tpot_ms']} ms vs baseline {baseline['result']}{saved}")
+    return CheckResult("bench", FAIL if failures else PASS, summary, measured,
+                       {**limits, "baseline": baseline["result"], "baseline_saved_at": baseline.get("saved_at")},
+                       failures, duration_s=duration_s)

@@ -1,0 +1,148 @@
+"""The verdict: one JSON document for machines, one table for people, one exit code.
+
+Rule: any check ``fail`` -> verdict ``fail`` (exit 1); otherwise any ``error`` (could not run) or
+``inconclusive`` -> ``inconclusive`` (exit 2); otherwise ``pass`` (exit 0). ``skipped``, ``no-baseline`` are
+listed as notes and do not block a pass; ``deferred`` (logs left for a ``--resume`` run) makes it
+inconclusive until resumed. A definite failure outranks an inconclusive part: a wedge found while
+something else could not be measured is still a wedge.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pdfleet.table import format_table
+from pdfleet.verify.result import (
+    DEFERRED,
+    ERROR,
+    FAIL,
+    INCONCLUSIVE,
+    NO_BASELINE,
+    SKIPPED,
+    CheckResult,
+)
+
+EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 2}
+SCHEMA = "pdfleet-verify/1"
+
+
+def verdict_of(checks: list[CheckResult]) -> str:
+    statuses = {c.status for c in checks}
+    if FAIL in statuses:
+        return "fail"
+    if statuses & {ERROR, INCONCLUSIVE, DEFERRED}:
+        return "inconclusive"
+    return "pass"
+
+
+@dataclass
+class Report:
+    target: dict[str, Any]
+    settings: dict[str, Any]
+    started_epoch: float
+    checks: list[CheckResult] = field(default_factory=list)
+    server_versions: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)
+    metric_deltas: dict[str, dict[str, float]] = field(default_factory=dict)
+    error: str | None = None  # why the protocol could not run, if it could not
+
+    @property
+    def verdict(self) -> str:
+        if self.error and not any(c.status == FAIL for c in self.checks):
+            return "inconclusive"
+        return verdict_of(self.checks)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    def check(self, name: str) -> CheckResult | None:
+        return next((c for c in self.checks if c.name == name), None)
+
+    def replace(self, result: CheckResult) -> None:
+        self.checks = [result if c.name == result.name else c for c in self.checks]
+        if self.check(result.name) is None:
+            self.checks.append(result)
+
+    def failures(self) -> list[dict[str, Any]]:
+        out = []
+        for c in self.checks:
+            if c.status in (FAIL, ERROR, INCONCLUSIVE, DEFERRED):
+                out.append({"check": c.name, "status": c.status, "summary": c.summary, "problems": c.failures,
+                            "measured": c.measured, "thresholds": c.thresholds})
+        if self.error:
+            out.append({"check": "protocol", "status": ERROR, "summary": self.error, "problems": [self.error],
+                        "measured": {}, "thresholds": {}})
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        notes = [f"{c.name}: {c.summary}" for c in self.checks if c.status in (SKIPPED, NO_BASELINE)]
+        return {"schema": SCHEMA, "ok": self.verdict == "pass", "verdict": self.verdict,
+                "exit_code": self.exit_code, "failures": self.failures(), "notes": notes,
+                "checks": [c.to_dict() for c in self.checks], "target": self.target,
+                "server_versions": self.server_versions, "versions": _versions(self),
+                "settings": self.settings,
+                "started_epoch": self.started_epoch,
+                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started_epoch)),
+                "timings": self.timings, "metric_deltas": self.metric_deltas, "error": self.error}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Report:
+        if d.get("schema") != SCHEMA:
+            raise ValueError(f"not a pdfleet verify report (schema {d.get('schema')!r}, expected {SCHEMA})")
+        return cls(target=d["target"], settings=d["settings"], started_epoch=float(d["started_epoch"]),
+                   checks=[CheckResult.from_dict(c) for c in d["checks"]],
+                   server_versions=d.get("server_versions", {}), timings=d.get("timings", {}),
+                   metric_deltas=d.get("metric_deltas", {}), error=d.get("error"))
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n")
+        tmp.replace(path)
+
+    def table(self) -> str:
+        rows = []
+        for c in self.checks:
+            rows.append([c.name, c.status.upper(), _short(c.measured), _short(c.thresholds), f"{c.duration_s:.1f}s"])
+        head = (f"pdfleet verify: {self.target.get('profile')} via {self.target.get('router')}  "
+                f"model {self.target.get('model')}  SGLang {self.target.get('sglang_version')}")
+        lines = [head, "", format_table(["check", "status", "measured", "threshold", "time"], rows), ""]
+        for c in self.checks:
+            if c.failures and c.status != SKIPPED:
+                lines += [f"{c.name}:"] + [f"  - {f}" for f in c.failures]
+        if self.error:
+            lines.append(f"could not run: {self.error}")
+        wall = self.timings.get("wall_s")
+        lines.append(f"VERDICT: {self.verdict.upper()} (exit {self.exit_code})"
+                     + (f" in {wall:.1f}s" if isinstance(wall, int | float) else ""))
+        return "\n".join(lines)
+
+
+def _versions(report: Report) -> dict[str, Any]:
+    try:
+        pdfleet = importlib.metadata.version("pdfleet")
+    except importlib.metadata.PackageNotFoundError:
+        pdfleet = None
+    return {"pdfleet": pdfleet, "sglang_planned": report.target.get("sglang_version"),
+            "sglang_reported": sorted({str(v) for v in report.server_versions.values()})}
+
+
+# The few values per check worth a column in the table.
+_TABLE_KEYS = ("readiness_status", "workers_reachable", "router_lists", "status", "latency_s", "completion_tokens",
+               "deadline_s", "opened", "first_token", "killed", "cycles", "concurrency", "window_s", "kill_mode",
+               "health_max_latency_s", "health_max_s", "fresh_latency_s", "probe_completed", "queues_idle",
+               "thread_death", "transfer_error", "dropped_frame", "abort_events", "transfer_aborts",
+               "abort_events_min", "output_throughput", "median_ttft_ms", "median_tpot_ms",
+               "output_throughput_min", "median_ttft_ms_max", "median_tpot_ms_max")
+
+
+def _short(values: dict[str, Any]) -> str:
+    parts = [f"{k}={values[k]}" for k in _TABLE_KEYS if k in values and not isinstance(values[k], dict)]
+    text = " ".join(parts)
+    return text if len(text) <= 70 else text[:67] + "..."

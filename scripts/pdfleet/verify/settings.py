@@ -1,0 +1,69 @@
+"""Every knob of the protocol with its default (the CLI exposes each one)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+KILL_MODES = ("window", "spread")
+LIVENESS_PROMPT = "In one sentence, what is PCIe?"
+
+
+@dataclass
+class Settings:
+    # 1. config gate
+    http_timeout_s: float = 5.0
+    # 2. deep liveness
+    liveness_prompt: str = LIVENESS_PROMPT
+    liveness_max_tokens: int = 64
+    liveness_deadline_s: float = 30.0
+    # 3. abort cascades
+    cycles: int = 2
+    concurrency: int = 60
+    window_s: float = 20.0
+    kill_mode: str = "window"
+    # ~16k tokens, an agent-sized context: at ~20k prompt tokens/s, 60 of them keep the prefill queue busy for
+    # ~50 s, so at a 20 s window many sessions still wait for their KV transfer and the kill makes the decode
+    # push ABORT to the prefill. With short prompts every session is already decoding at the window, no ABORT
+    # reaches the prefill, and the logs check says inconclusive.
+    cascade_prompt_words: int = 12000
+    cascade_max_tokens: int = 2048  # long enough that sessions are still streaming at the window
+    pause_s: float = 5.0  # between cycles
+    settle_s: float = 3.0  # after the last kill, before recovery (SGLang aborts ~2 s after a disconnect)
+    kill_rst: bool = True
+    seed: int = 1
+    progress_interval_s: float = 1.0
+    # 4. recovery
+    health_max_s: float = 0.3
+    recovery_deadline_s: float = 30.0
+    probe_concurrency: int = 16
+    probe_max_tokens: int = 32
+    probe_deadline_s: float = 60.0
+    idle_deadline_s: float = 60.0
+    # 5. logs
+    min_abort_events: int = 1
+    min_transfer_aborts: int = 1
+    allow_dropped_frames: bool = False
+    # 6. benchmark
+    bench_requests: int = 64
+    bench_concurrency: int = 16
+    bench_prompt_words: int = 512
+    bench_max_tokens: int = 128
+    bench_deadline_s: float = 300.0
+    bench_tool: str = "pdfleet"  # or "sglang" (python -m sglang.bench_serving --dataset-name random-ids)
+    bench_python: str = "python3"
+    bench_tokenizer: str = ""
+    baseline_file: Path = field(default_factory=lambda: Path("reports/baselines.json"))
+    save_baseline: bool = False
+    tol_throughput: float = 0.10  # may drop by at most 10 %
+    tol_ttft: float = 0.25  # median TTFT may grow by at most 25 %
+    tol_tpot: float = 0.15  # median TPOT may grow by at most 15 %
+    # which checks to skip on purpose
+    skip: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["baseline_file"] = str(self.baseline_file)
+        out["skip"] = list(self.skip)
+        return out

@@ -1,0 +1,76 @@
+"""`pdfleet verify` arguments, exit codes without a cluster, and the deferred-logs (Ansible) flow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pdfleet.cli import main as pdfleet_main
+from pdfleet.simworker.launch import free_port
+from pdfleet.verify.report import Report
+from pdfleet.verify.result import CheckResult
+
+from .conftest import run_verify
+
+
+def main(argv: list[str]) -> int:
+    return pdfleet_main(["verify", *argv])
+
+
+@pytest.mark.parametrize("args", [
+    ["--router", "http://127.0.0.1:1"],  # no prefill/decode
+    ["--prefill", "http://127.0.0.1:1"],  # no router
+    ["--router", "http://127.0.0.1:1", "--prefill", "http://p", "--decode", "http://d", "--log-file", "nope"],
+    ["--router", "http://127.0.0.1:1", "--prefill", "http://p", "--decode", "http://d", "--log-file", "other=/x"],
+    ["--resume", "/nonexistent.json"],  # no --journal-dir
+])
+def test_bad_arguments_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(args) == 2
+    assert "pdfleet:" in capsys.readouterr().err
+
+
+def test_argparse_rejects_bad_values() -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["--concurrency", "0"])
+    assert e.value.code == 2
+
+
+def test_unreachable_router_could_not_run(tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there
+    proc = run_verify(["--router", f"http://127.0.0.1:{port}", "--prefill", "http://127.0.0.1:1",
+                       "--decode", "http://127.0.0.1:2", "--report", str(tmp_path / "r.json")], timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["verdict"] == "inconclusive" and data["ok"] is False
+    assert "unreachable" in data["error"] and data["failures"][0]["check"] == "protocol"
+
+
+def _deferred_report(path: Path) -> None:
+    r = Report(target={"router": "http://10.77.0.11:8000", "profile": "pd-4p4d", "workers": [
+        {"name": "pdfleet-prefill0", "role": "prefill", "url": "http://10.77.0.11:30000", "host": "node1", "tp": 4},
+        {"name": "pdfleet-decode0", "role": "decode", "url": "http://10.77.0.11:30001", "host": "node1", "tp": 4}]},
+        settings={"min_abort_events": 1, "min_transfer_aborts": 1}, started_epoch=1700000000.0,
+        checks=[CheckResult("config", "pass", "ok"), CheckResult("logs", "deferred", "later"),
+                CheckResult("bench", "no-baseline", "no baseline")])
+    r.write(path)
+
+
+@pytest.mark.parametrize(("decode_log", "rc", "verdict"), [
+    ("Decode transfer failed for request ... Aborted by AbortReq.\n", 0, "pass"),
+    ("Decode transfer failed ... Aborted by AbortReq.\nException in thread Thread-1 (bootstrap_thread):\n", 1, "fail"),
+    ("nothing happened\n", 2, "inconclusive"),
+])
+def test_resume_with_journal_dir(tmp_path: Path, decode_log: str, rc: int, verdict: str) -> None:
+    report = tmp_path / "verify.json"
+    _deferred_report(report)
+    assert json.loads(report.read_text())["exit_code"] == 2  # deferred: not a verdict yet
+    journal = tmp_path / "journal" / "node1"
+    journal.mkdir(parents=True)
+    (journal / "pdfleet-prefill0.log").write_text("Prefill batch. #new-seq: 1\n")
+    (journal / "pdfleet-decode0.log").write_text(decode_log)
+    assert main(["--resume", str(report), "--journal-dir", str(tmp_path / "journal"), "--report", str(report)]) == rc
+    data = json.loads(report.read_text())
+    assert data["verdict"] == verdict
+    assert [c["name"] for c in data["checks"]] == ["config", "logs", "bench"]
+    assert data["checks"][1]["measured"]["source"] == "journal dumps"

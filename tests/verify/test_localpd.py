@@ -1,0 +1,118 @@
+"""`pdfleet verify` end to end against a LocalPD (simulated prefill + decode, real router) on 127.0.0.1.
+
+With SGLang 0.5.15.post1's real NIXL bootstrap thread (the heavy runtime):
+* pristine conn.py: the cascade kills the prefill's reader thread; /health stays 200, but the fresh request and
+  the sustained probe time out and the logs show the thread death -> exit 1 naming recovery and logs;
+* patched conn.py: every check passes -> exit 0;
+* a cascade whose sessions all finish before the kill: no abort reaches anything -> inconclusive, exit 2.
+The light variant (KV stand-in, no SGLang) runs the same wedge/no-wedge pair where the runtime is missing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pdfleet.simworker.launch import RouterSpec, http_get
+
+from .conftest import SGLANG_VERSION, VerifyRun, light_env, local_pd, runtime_env, verify_local
+
+LIVENESS_TOKENS = 64  # the CLI default --liveness-max-tokens
+SIM_DECODE_TOKENS_PER_S = 40.0  # the simulated worker's default pace
+
+
+def assert_consistent(run: VerifyRun, cycles: int, concurrency: int) -> None:
+    """The report's numbers agree with what the test asked for and with each other."""
+    cascade = run.check("cascade")["measured"]
+    assert cascade["sessions"] == cycles * concurrency
+    assert cascade["opened"] == cascade["sessions"], cascade
+    assert cascade["killed"] + cascade["completed"] + cascade["failed"] == cascade["sessions"], cascade
+    assert sum(cascade["killed_phases"].values()) == cascade["killed"]
+    assert cascade["first_token"] <= cascade["answered"] <= cascade["opened"]
+    live = run.check("liveness")["measured"]
+    assert live["status"] == 200 and live["id"] and live["model"] == "dsv4-sim"
+    assert live["completion_tokens"] == LIVENESS_TOKENS
+    # 64 tokens at 40 tokens/s: at least 1.6 s of decode, and within the 10 s deadline the test set.
+    assert 0.9 * LIVENESS_TOKENS / SIM_DECODE_TOKENS_PER_S <= live["latency_s"] <= 10.0
+    logs = run.check("logs")["measured"]
+    if cascade["killed"]:
+        # every killed session is at least one "Client disconnected" / AbortReq line on some worker
+        assert logs["abort_events"] >= cascade["killed"], (logs, cascade)
+    assert logs["abort_events"] >= logs["transfer_aborts"]
+    assert run.report["timings"]["kill_windows_s"] == 4.0 * cycles
+
+
+def assert_wedge_found(run: VerifyRun, pd_health: int) -> None:
+    assert run.rc == 1, run.stdout + run.stderr
+    assert run.report["verdict"] == "fail" and run.report["ok"] is False
+    failed = {f["check"] for f in run.report["failures"]}
+    assert {"recovery", "logs"} <= failed, failed
+    assert "recovery" in run.stdout and "logs" in run.stdout  # the table names them for people
+    rec = run.check("recovery")
+    assert rec["measured"]["health_all_200"] is True, "the wedge keeps /health at 200"
+    assert rec["measured"]["fresh_status"] != 200
+    assert rec["measured"]["probe_completed"] < rec["measured"]["probe_sent"]
+    assert any("deadline" in f for f in rec["failures"])
+    assert run.check("logs")["measured"]["thread_death"] >= 1
+    assert run.check("bench")["status"] == "skipped"
+    assert pd_health == 200
+
+
+@pytest.mark.sglang
+@pytest.mark.slow
+def test_pristine_wedges_and_verify_fails(runtime, router: RouterSpec, tmp_path: Path) -> None:
+    with local_pd([str(runtime.python)], runtime_env(runtime, patched=False), router, tmp_path / "pd") as pd:
+        run = verify_local(pd, tmp_path, "--expect-version", SGLANG_VERSION, "--expect-tp", "4")
+        health = http_get(pd.prefill_url + "/health")[0]
+    assert_wedge_found(run, health)
+    assert "First message should be" in str(run.check("logs")["detail"]["prefill"]["examples"]) or \
+        run.check("logs")["detail"]["prefill"]["thread_death"] >= 1
+    assert_consistent(run, 2, 30)
+
+
+@pytest.mark.sglang
+@pytest.mark.slow
+def test_patched_survives_and_verify_passes(runtime, router: RouterSpec, tmp_path: Path) -> None:
+    with local_pd([str(runtime.python)], runtime_env(runtime, patched=True), router, tmp_path / "pd") as pd:
+        run = verify_local(pd, tmp_path, "--expect-version", SGLANG_VERSION, "--expect-tp", "4")
+    assert run.rc == 0, run.stdout + run.stderr
+    assert run.report["ok"] is True and run.report["verdict"] == "pass" and run.report["failures"] == []
+    assert [c["name"] for c in run.report["checks"]] == ["config", "liveness", "cascade", "recovery", "logs", "bench"]
+    assert run.check("bench")["status"] == "no-baseline"
+    assert any("no baseline" in n for n in run.report["notes"])
+    logs = run.check("logs")["measured"]
+    assert logs["thread_death"] == 0 and logs["transfer_error"] == 0 and logs["transfer_aborts"] >= 1
+    assert run.report["server_versions"] == {"prefill": SGLANG_VERSION, "decode": SGLANG_VERSION}
+    assert_consistent(run, 2, 30)
+
+
+@pytest.mark.sglang
+@pytest.mark.slow
+def test_no_abort_is_inconclusive(runtime, router: RouterSpec, tmp_path: Path) -> None:
+    """Sessions of 4 tokens all finish long before a 4 s window: nothing is aborted, nothing is proven."""
+    with local_pd([str(runtime.python)], runtime_env(runtime, patched=True), router, tmp_path / "pd") as pd:
+        run = verify_local(pd, tmp_path, "--cycles", "1", "--cascade-max-tokens", "4", "--cascade-prompt-words", "20",
+                           "--skip", "bench")
+    assert run.rc == 2, run.stdout + run.stderr
+    assert run.report["verdict"] == "inconclusive"
+    cascade = run.check("cascade")["measured"]
+    assert cascade["killed"] == 0 and cascade["completed"] == 30
+    logs = run.check("logs")
+    assert logs["status"] == "inconclusive" and logs["measured"]["abort_events"] == 0
+    assert "did not exercise the abort path" in logs["summary"]
+    assert run.check("recovery")["status"] == "pass"
+    assert_consistent(run, 1, 30)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wedge", [True, False], ids=["wedge", "healthy"])
+def test_light_stand_in(wedge: bool, light_python: str, router: RouterSpec, tmp_path: Path) -> None:
+    """The same verdicts on the light KV stand-in (no SGLang needed): wedge -> 1, healthy -> 0."""
+    with local_pd([light_python], light_env(wedge), router, tmp_path / "pd") as pd:
+        run = verify_local(pd, tmp_path, "--cycles", "1")
+        health = http_get(pd.prefill_url + "/health")[0]
+    if wedge:
+        assert_wedge_found(run, health)
+    else:
+        assert run.rc == 0, run.stdout + run.stderr
+    assert_consistent(run, 1, 30)
