@@ -4,7 +4,6 @@ and the sglang role refuses a hand-edited conn.py without touching it."""
 from __future__ import annotations
 
 import json
-import urllib.request
 
 import pytest
 
@@ -13,26 +12,8 @@ from .conftest import SimCluster, recap
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 
-def chat(cluster: SimCluster, prompt: str, timeout: float = 30) -> dict:
-    body = json.dumps({"model": cluster.model, "max_tokens": 16,
-                       "messages": [{"role": "user", "content": prompt}]}).encode()
-    req = urllib.request.Request(cluster.router_url + "/v1/chat/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        assert resp.status == 200
-        return json.loads(resp.read())
-
-
-@pytest.fixture(scope="module")
-def converged(sim_cluster: SimCluster) -> SimCluster:
-    sim_cluster.set_patched(True)
-    sim_cluster.playbook()
-    sim_cluster.wait_ready()
-    return sim_cluster
-
-
 def test_completion_through_the_router(converged: SimCluster) -> None:
-    out = chat(converged, "In one sentence, what is PCIe?")
+    out = converged.chat("In one sentence, what is PCIe?")
     assert out["id"].startswith("chatcmpl-")
     assert out["model"] == converged.model
     assert out["usage"]["completion_tokens"] > 0

@@ -1,0 +1,54 @@
+"""The incident on the simulated cluster, deployed by site.yml: the pinned SGLang unpatched (the explicit
+inventory switch pdfleet_cluster.sglang.apply_patch: false) wedges after one abort cascade — the prefill
+bootstrap thread dies, /health stays 200, new requests hang — and site.yml's verification play fails
+naming the checks; patched, the same cascade leaves it serving and the play passes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+
+import pytest
+
+from .conftest import SimCluster
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+PORTS = {"prefill": 30000, "decode": 30001, "router": 8000}
+DEATH = "First message should be b'NixlMsgGuard'"
+
+
+def _journal(cluster: SimCluster, unit: str) -> str:
+    return cluster.ssh(f"journalctl -u {unit} -o cat --no-pager", timeout=60).stdout
+
+
+def test_unpatched_wedges_and_verification_fails(converged: SimCluster) -> None:
+    converged.set_patched(False)
+    proc = converged.playbook(check=False)
+    record = json.loads(converged.ssh("cat /opt/pdfleet/venv/pdfleet-record.json").stdout)
+    assert record["patched"] is False
+    # The verification play ran the cascade and failed, naming the checks.
+    assert proc.returncode != 0
+    assert "verification FAIL" in proc.stdout
+    report = converged.latest_report()
+    failed = {f["check"] for f in report["failures"]}
+    assert {"recovery", "logs"} <= failed, report["failures"]
+    assert "recovery" in proc.stdout and "logs" in proc.stdout
+    # The wedge itself: the thread died (in the journal), health still says 200, a new request hangs.
+    assert DEATH in _journal(converged, "pdfleet-prefill0")
+    for role, port in PORTS.items():
+        status, _seconds = converged.health(f"http://{converged.address}:{port}")
+        assert status == 200, role
+    with pytest.raises((TimeoutError, socket.timeout, urllib.error.URLError)):
+        converged.chat("In one sentence, what is PCIe? (after the cascade)", timeout=15)
+
+
+def test_patched_survives_the_same_cascade(converged: SimCluster) -> None:
+    converged.set_patched(True)
+    converged.playbook()  # raises unless every play, the verification included, passed
+    report = converged.latest_report()
+    assert report["ok"] is True and report["verdict"] == "pass"
+    assert DEATH not in _journal(converged, "pdfleet-prefill0").split("Started pdfleet-prefill0")[-1]
+    out = converged.chat("In one sentence, what is PCIe? (patched, after the cascade)")
+    assert out["usage"]["completion_tokens"] > 0
