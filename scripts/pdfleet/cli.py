@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pdfleet import patchcli, patchstatus
+from pdfleet import conformance, patchcli, patchstatus
 from pdfleet.cluster import plan_inventory
 from pdfleet.errors import PdfleetError
 from pdfleet.paths import DEFAULT_INVENTORY
@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=Path, required=True, help="output directory (<dir>/<host>/...)")
     p.set_defaults(func=cmd_render)
 
-    for register in (patchcli.register, patchstatus.register, sim_cli.register, verify_cli.register):
+    for register in (patchcli.register, patchstatus.register, sim_cli.register, verify_cli.register,
+                     conformance.register):
         register(sub)
     return parser
 

@@ -55,6 +55,7 @@ class Plan:
     service: dict[str, object]
     router_url: str
     hosts: dict[str, list[Unit]]
+    host_specs: dict[str, dict[str, object]] = field(default_factory=dict)  # what each GPU host should have
 
     def units(self) -> list[Unit]:
         return [u for units in self.hosts.values() for u in units]
@@ -296,6 +297,7 @@ def _plan(c: ClusterModel, inventory_hosts: Mapping[str, str]) -> Plan:
         service=asdict(c.service),
         router_url=router.url,
         hosts={h: units for h, units in hosts.items() if units},
+        host_specs={name: asdict(spec) for name, spec in c.hosts.items()},
     )
 
 

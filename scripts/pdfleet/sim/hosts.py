@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
-from . import image
+from . import aptrepo, image
 from . import network as simnet
 from .model import (
     DEFAULT_CACHE_DIR,
@@ -435,6 +435,7 @@ def down(state_dir: Path, progress: Progress = _noop) -> None:
     if not state_dir.exists():
         progress(f"nothing to tear down in {state_dir}")
         return
+    aptrepo.stop(state_dir)  # the stand-in NVIDIA repository's server, if provision.yml started one
     with lock_file(state_dir / "lock"):
         known = _load_cluster(state_dir) or {}
         names = {h["name"] for h in known.get("hosts", [])}

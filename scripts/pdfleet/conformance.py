@@ -1,0 +1,253 @@
+"""Conformance: does every host of an inventory match what the plan says it must be?
+
+The checks themselves are the pytest-testinfra suite in ``tests/conformance`` (SSH to each host, the
+inventory's ssh_config); this module holds what they share, kept free of pytest so it is unit-tested on its
+own: reading the inventory into per-host targets with their expectations, and turning what a host reports
+(nvidia-smi, dpkg, ucx_info, nvcc) into a list of differences, each naming the host, what it found and what
+the plan expects.
+
+    pdfleet conformance -i inventory/sim          # = pytest tests/conformance --inventory inventory/sim
+    pdfleet conformance -i inv -- -k gpu -x       # extra pytest arguments after --
+
+Exit codes: 0 every check passed, 1 a check failed, 2 the suite could not run (bad inventory, no hosts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pdfleet.errors import InventoryError, PdfleetError
+from pdfleet.inventory import load_inventory
+from pdfleet.model import ROOT_VARIABLE, HostSpec, parse_cluster
+from pdfleet.paths import PATCH_DIR, REPO_ROOT
+from pdfleet.planner import Plan, Unit
+
+SUITE_DIR = REPO_ROOT / "tests" / "conformance"
+# What is held: every package of the driver (nvidia_driver role, vars/<distro>.yml).
+HELD_PACKAGES = re.compile(r"^(nvidia-.*|libnvidia-.*|libcuda1)$")
+# UCX_TLS words that are aliases, not transports ucx_info lists (nixl role, vars/main.yml).
+UCX_TLS_ALIASES = frozenset({"all", "sm", "shm", "mm", "cuda", "rocm", "ib", "rc", "ud", "dc", "rc_x", "ud_x", "dc_x",
+                             "rc_v", "ud_v", "ugni"})
+SMI_QUERY = "name,memory.total,compute_cap,driver_version"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One host to check: how to reach it and what it must be."""
+
+    name: str
+    address: str
+    user: str
+    ssh_config: str | None
+    identity: str | None
+    spec: HostSpec | None  # None: a host without GPUs in the model (a router-only host, say)
+    units: tuple[Unit, ...]
+    settings: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"ssh://{self.user}@{self.address}" if self.user else f"ssh://{self.address}"
+
+    def setting(self, name: str, default: object) -> object:
+        """An inventory variable of the provisioning roles (e.g. nvidia_driver_modinfo_command)."""
+        value = self.settings.get(name, default)
+        return default if isinstance(value, str) and "{{" in value else value
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """The whole inventory: its plan and its targets."""
+
+    inventory: Path
+    plan: Plan
+    targets: tuple[Target, ...]
+
+
+def _plain(value: object) -> str | None:
+    """An inventory value usable as is (Jinja expressions are Ansible's business, not ours)."""
+    return None if value is None or "{{" in str(value) else str(value)
+
+
+def _ssh_config_from_args(common_args: object) -> str | None:
+    words = str(common_args or "").split()
+    return words[words.index("-F") + 1] if "-F" in words[:-1] else None
+
+
+def load(inventory: str | Path, ssh_config: str | None = None) -> Expectations:
+    """Plan the inventory and describe each host to check; raise InventoryError/PlanError when it can't."""
+    from pdfleet.cluster import plan_inventory
+
+    inv = load_inventory(inventory)
+    if ROOT_VARIABLE not in inv.variables:
+        raise InventoryError(f"{inv.path}: {ROOT_VARIABLE} is not defined; not a pdfleet inventory")
+    plan = plan_inventory(inventory)
+    model = parse_cluster(inv.variables[ROOT_VARIABLE])
+    sim = inv.variables.get("pdfleet_sim")
+    sim_ssh = f"{sim['state_dir']}/ssh_config" if isinstance(sim, dict) and "state_dir" in sim else None
+    targets = []
+    for name, address in inv.hosts.items():
+        hv = {**inv.variables, **inv.host_vars.get(name, {})}
+        config = ssh_config or _plain(_ssh_config_from_args(hv.get("ansible_ssh_common_args"))) or sim_ssh
+        targets.append(Target(
+            name=name, address=address, user=_plain(hv.get("ansible_user")) or "",
+            ssh_config=config, identity=_plain(hv.get("ansible_ssh_private_key_file")),
+            spec=model.hosts.get(name), units=tuple(plan.hosts.get(name, [])), settings=hv,
+        ))
+    if not targets:
+        raise InventoryError(f"{inv.path}: no hosts to check")
+    return Expectations(Path(inventory), plan, tuple(targets))
+
+
+# ---------------------------------------------------------------- what the hosts report
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    memory_mib: int
+    compute_cap: str
+    driver: str
+
+
+def parse_smi(stdout: str) -> list[Gpu]:
+    """`nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version --format=csv,noheader,nounits`."""
+    gpus = []
+    for line in stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 4:
+            continue
+        name, memory, cc, driver = parts
+        gpus.append(Gpu(name, int(memory) if memory.isdigit() else -1, cc, driver))
+    return gpus
+
+
+def gpu_problems(host: str, gpus: Sequence[Gpu], spec: HostSpec) -> list[str]:
+    """Differences between the GPUs a host reports and the inventory model's host."""
+    out = []
+    if len(gpus) != spec.gpu_count:
+        out.append(f"{host}: nvidia-smi lists {len(gpus)} GPUs, expected {spec.gpu_count} "
+                   f"(pdfleet_cluster.hosts.{host}.gpu_count)")
+    for i, g in enumerate(gpus):
+        if g.name != spec.gpu_model:
+            out.append(f"{host}: GPU {i} is {g.name!r}, expected {spec.gpu_model!r}")
+        if g.memory_mib != spec.gpu_memory_mib:
+            out.append(f"{host}: GPU {i} has {g.memory_mib} MiB, expected {spec.gpu_memory_mib} MiB")
+        if g.compute_cap != spec.compute_capability:
+            out.append(f"{host}: GPU {i} has compute capability {g.compute_cap}, expected {spec.compute_capability}")
+    return out
+
+
+def driver_problems(host: str, gpus: Sequence[Gpu], module_version: str, pin: str) -> list[str]:
+    out = []
+    for found in sorted({g.driver for g in gpus}):
+        if found != pin:
+            out.append(f"{host}: the running driver is {found}, the pin is {pin} (pdfleet_cluster.cuda.driver_version)")
+    if module_version != pin:
+        out.append(f"{host}: the installed kernel module is {module_version or '(none)'}, the pin is {pin}")
+    return out
+
+
+def hold_problems(host: str, dpkg_lines: Iterable[str], pin: str) -> list[str]:
+    """`dpkg-query -W -f '${db:Status-Want} ${db:Status-Status} ${Package} ${Version}\\n' 'nvidia-*' ...`."""
+    out = []
+    seen = 0
+    for line in dpkg_lines:
+        words = line.split()
+        if len(words) != 4 or words[1] != "installed" or not HELD_PACKAGES.match(words[2]):
+            continue
+        seen += 1
+        want, _status, package, version = words
+        if want != "hold":
+            out.append(f"{host}: package {package} {version} is not held (dpkg selection {want!r}); "
+                       f"fix: apt-mark hold {package}, or rerun provision.yml")
+        if not version.startswith(pin + "-"):
+            out.append(f"{host}: package {package} is at {version}, not the pinned {pin}")
+    if not seen:
+        out.append(f"{host}: no nvidia-*/libnvidia-* package is installed")
+    return out
+
+
+def ucx_transports(stdout: str) -> set[str]:
+    return set(re.findall(r"Transport:\s*(\S+)", stdout))
+
+
+def ucx_devices(stdout: str) -> set[str]:
+    return set(re.findall(r"Device:\s*(\S+)", stdout))
+
+
+def required_transports(units: Sequence[Unit]) -> tuple[set[str], set[str]]:
+    """(transports, devices) that ucx_info -d must list for this host's PD units."""
+    pd = [u for u in units if u.role in ("prefill", "decode")]
+    tls: set[str] = set()
+    devices: set[str] = set()
+    for u in pd:
+        tls |= {t.strip() for t in u.environment.get("UCX_TLS", "").split(",")
+                if t.strip() and not t.strip().startswith("^") and t.strip() not in UCX_TLS_ALIASES}
+        devices |= {d.strip() for d in u.environment.get("UCX_NET_DEVICES", "").split(",") if d.strip()}
+    if {u.role for u in pd} >= {"prefill", "decode"}:
+        tls.add("cuda_ipc")  # single-host PD: the KV cache moves GPU to GPU over CUDA IPC
+    return tls, devices
+
+
+def nvcc_release(stdout: str) -> str | None:
+    m = re.search(r"release (\d+\.\d+),", stdout)
+    return m.group(1) if m else None
+
+
+def patched_sha256(version: str, patched: bool, patch_dir: Path = PATCH_DIR) -> str:
+    """The sha256 the manifest promises for conn.py of `version`, patched or pristine."""
+    from pdfleet import patches
+
+    m = patches.load_manifest(version, patch_dir)
+    return m.patched_sha256 if patched else m.pristine_sha256
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def run_suite(inventory: Path, ssh_config: str | None, extra: Sequence[str]) -> int:
+    """Run the testinfra suite; pytest's exit codes map to 0 pass, 1 a check failed, 2 could not run."""
+    try:
+        load(inventory, ssh_config)  # fail fast, with the planner's message, before pytest starts
+    except PdfleetError as exc:
+        print(f"pdfleet: {exc}", file=sys.stderr)
+        return 2
+    cmd = [sys.executable, "-m", "pytest", str(SUITE_DIR), "-p", "no:cacheprovider", "-q", "--no-header",
+           "-rf", "--tb=short", "--inventory", str(inventory)]
+    if ssh_config:
+        cmd += ["--conformance-ssh-config", ssh_config]
+    rc = subprocess.run([*cmd, *extra], cwd=REPO_ROOT, check=False).returncode
+    return {0: 0, 1: 1}.get(rc, 2)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    extra = [a for a in args.pytest_args if a != "--"]
+    return run_suite(args.inventory, args.ssh_config, extra)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from pdfleet.paths import DEFAULT_INVENTORY
+
+    p = subparsers.add_parser("conformance", help="check every host against the plan (pytest-testinfra over SSH)")
+    p.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY,
+                   help="inventory directory or file (default: the simulated cluster, inventory/sim)")
+    p.add_argument("--ssh-config", help="ssh_config for reaching the hosts (default: the inventory's -F, or the sim's)")
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments, after --")
+    p.set_defaults(func=_cmd)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pdfleet")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

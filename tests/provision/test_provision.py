@@ -1,0 +1,150 @@
+"""Provisioning on a scratch sim cluster: the driver, CUDA and NIXL roles run for real against the stand-in
+repository; idempotence, check mode, conformance (passing, and failing precisely on broken hosts), Secure
+Boot, and the reboot decision on a driver pin change."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import PROVISION, SITE, Cluster, recap
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+PIN, NEW_PIN = "580.95.05", "580.105.08"
+CONN_PATCH = Path(__file__).resolve().parents[2] / "ansible/roles/sglang/files/patches/0.5.15.post1/nixl-conn.patch"
+
+
+def test_second_run_changes_nothing(provisioned: Cluster) -> None:
+    proc = provisioned.playbook()
+    assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]
+    assert recap(proc.stdout, "localhost")["changed"] == 0, proc.stdout[-4000:]
+
+
+def test_check_mode_on_a_converged_cluster(provisioned: Cluster) -> None:
+    proc = provisioned.playbook(SITE, "--check", "--diff")
+    assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]
+
+
+def test_pinning_keeps_the_newer_branch_out(provisioned: Cluster) -> None:
+    policy = provisioned.ssh("apt-cache policy nvidia-modprobe").stdout
+    assert f"Candidate: {PIN}-1" in policy and "590.48.01-1" in policy, policy
+
+
+def test_conformance_passes(provisioned: Cluster) -> None:
+    proc = provisioned.conformance()
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+
+
+def _wrong_pin_inventory(cluster: Cluster, tmp_path: Path) -> Path:
+    inv = tmp_path / "inventory"
+    shutil.copytree(cluster.inventory, inv)
+    path = inv / "group_vars/all/cluster.yml"
+    data = yaml.safe_load(path.read_text())
+    data["pdfleet_cluster"].setdefault("cuda", {})["driver_version"] = NEW_PIN
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return inv
+
+
+# (break on the host, repair, the message conformance must print)
+BREAKS = {
+    "unheld-package": ("apt-mark unhold nvidia-smi", "apt-mark hold nvidia-smi",
+                       f"node1: package nvidia-smi {PIN}-1 is not held"),
+    "stopped-unit": ("systemctl stop pdfleet-decode0", "systemctl start pdfleet-decode0",
+                     "node1: pdfleet-decode0 is enabled and inactive"),
+    "wrong-gpu-count": ("cp /etc/pdfleet-sim/hardware.json /root/hw.bak && "
+                        "sed -i 's/\"gpu_count\": 8/\"gpu_count\": 7/' /etc/pdfleet-sim/hardware.json",
+                        "mv /root/hw.bak /etc/pdfleet-sim/hardware.json",
+                        "node1: nvidia-smi lists 7 GPUs, expected 8"),
+    "missing-model-file": ("mv /srv/models/DeepSeek-V4-Flash/tokenizer.json /root/tok.bak",
+                           "mv /root/tok.bak /srv/models/DeepSeek-V4-Flash/tokenizer.json",
+                           "node1: model file /srv/models/DeepSeek-V4-Flash/tokenizer.json is missing"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BREAKS))
+def test_conformance_names_a_broken_host(provisioned: Cluster, name: str) -> None:
+    breaking, repair, message = BREAKS[name]
+    assert provisioned.ssh(breaking).returncode == 0
+    try:
+        proc = provisioned.conformance()
+    finally:
+        assert provisioned.ssh(repair).returncode == 0
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert message in proc.stdout, proc.stdout[-4000:]
+    if name == "stopped-unit":
+        provisioned.wait_ready()
+
+
+def test_conformance_names_an_unpatched_conn_py(provisioned: Cluster) -> None:
+    conn = provisioned.ssh("python3 -c \"import json; print(json.load(open('/opt/pdfleet/venv/pdfleet-record.json'))"
+                           "['file'])\"").stdout.strip()
+    patch = CONN_PATCH.read_text()
+    reverse = f"cat > /root/conn.patch <<'EOF'\n{patch}EOF\npatch -R {conn} /root/conn.patch"
+    assert provisioned.ssh(reverse).returncode == 0
+    try:
+        proc = provisioned.conformance()
+    finally:
+        assert provisioned.ssh(f"patch -N {conn} /root/conn.patch").returncode == 0
+    assert proc.returncode == 1
+    assert f"node1: {conn} has sha256 ed76c2c2" in proc.stdout, proc.stdout[-4000:]
+    assert "the patched file of SGLang 0.5.15.post1" in proc.stdout
+
+
+def test_conformance_names_a_wrong_driver_version(provisioned: Cluster, tmp_path: Path) -> None:
+    proc = provisioned.conformance(_wrong_pin_inventory(provisioned, tmp_path))
+    assert proc.returncode == 1
+    assert f"node1: the running driver is {PIN}, the pin is {NEW_PIN}" in proc.stdout, proc.stdout[-4000:]
+    assert f"node1: package nvidia-smi is at {PIN}-1, not the pinned {NEW_PIN}" in proc.stdout
+
+
+def _host_state(cluster: Cluster) -> str:
+    return cluster.ssh("dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev} ${db:Status-Want}\\n'; "
+                       "ls -l --time-style=+%s.%N /etc/apt/sources.list.d /etc/apt/preferences.d /etc/apt/keyrings "
+                       "/etc/modprobe.d; md5sum /etc/apt/preferences.d/*; cat /run/pdfleet-sim/nvidia/version").stdout
+
+
+def test_secure_boot_fails_clearly_and_changes_nothing(provisioned: Cluster) -> None:
+    hw = "/etc/pdfleet-sim/hardware.json"
+    provisioned.ssh(f"cp {hw} /root/hw.sb && sed -i 's/\"secure_boot\": false/\"secure_boot\": true/' {hw}")
+    provisioned.set_cuda(driver_version=NEW_PIN)  # a change the role would otherwise make
+    try:
+        before = _host_state(provisioned)
+        proc = provisioned.playbook(PROVISION, check=False)
+        after = _host_state(provisioned)
+    finally:
+        provisioned.set_cuda(driver_version=PIN)
+        provisioned.ssh(f"mv /root/hw.sb {hw}")
+    assert proc.returncode != 0
+    assert "node1: Secure Boot is enabled" in proc.stdout, proc.stdout[-4000:]
+    assert "Nothing was changed on this host" in proc.stdout and "disable Secure Boot" in proc.stdout
+    assert before == after
+
+
+def _loads(cluster: Cluster) -> list[str]:
+    return cluster.ssh("cat /var/lib/pdfleet-sim/nvidia/loads.log").stdout.splitlines()
+
+
+def test_driver_pin_change_reboots_exactly_once(provisioned: Cluster) -> None:
+    loads = len(_loads(provisioned))
+    provisioned.set_cuda(driver_version=NEW_PIN)
+    try:
+        refused = provisioned.playbook(PROVISION, "-e", "nvidia_driver_reboot_allowed=false", check=False)
+        assert refused.returncode != 0
+        assert (f"node1: reboot required (the loaded kernel module is {PIN}, the installed one {NEW_PIN})"
+                in refused.stdout), refused.stdout[-4000:]
+        assert len(_loads(provisioned)) == loads  # no reboot
+        proc = provisioned.playbook(PROVISION)
+        assert _loads(provisioned)[loads:] == [_loads(provisioned)[-1]] and NEW_PIN in _loads(provisioned)[-1]
+        assert "TASK [nvidia_driver : Reboot for the new driver or kernel]" in proc.stdout
+        again = provisioned.playbook(PROVISION)
+        assert recap(again.stdout, "node1")["changed"] == 0, again.stdout[-4000:]
+        assert len(_loads(provisioned)) == loads + 1
+    finally:
+        provisioned.set_cuda(driver_version=PIN)
+        provisioned.playbook(PROVISION)  # back to the pin (one more reboot)
+        provisioned.wait_ready()
+    assert NEW_PIN not in provisioned.ssh("nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout

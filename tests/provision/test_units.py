@@ -1,0 +1,72 @@
+"""Unit tests (no root, no hosts): the stand-in repository's packages and the conformance comparisons."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from pdfleet import conformance as c
+from pdfleet.model import HostSpec
+from pdfleet.planner import Unit
+from pdfleet.sim import aptrepo
+
+ROLE_VARS = Path(__file__).resolve().parents[2] / "ansible/roles/nvidia_driver/vars/Debian.yml"
+
+
+def test_every_stand_in_is_marked() -> None:
+    for pkg in aptrepo.packages("6.1.0-test"):
+        assert pkg.control().splitlines()[-3].startswith(f"Description: {aptrepo.STANDIN}:"), pkg.name
+
+
+def test_the_role_installs_what_the_repository_offers() -> None:
+    import yaml
+
+    wanted = yaml.safe_load(ROLE_VARS.read_text())["__nvidia_driver_packages"]
+    offered = {p.name for p in aptrepo.packages("6.1.0-test") if p.version == f"{aptrepo.DRIVER_VERSIONS[0]}-1"}
+    assert set(wanted) <= offered
+
+
+@pytest.mark.skipif(subprocess.run(["which", "dpkg-deb"], capture_output=True).returncode != 0, reason="no dpkg-deb")
+def test_repository_is_signed_and_indexed(tmp_path: Path) -> None:
+    aptrepo.build(tmp_path / "www", kernel="6.1.0-test")
+    repo = tmp_path / "www" / aptrepo.DISTRO_PATH
+    packages = (repo / "Packages").read_text()
+    assert "Package: nvidia-kernel-open-dkms\nVersion: 580.95.05-1" in packages
+    assert "Package: nvidia-modprobe\nVersion: 590.48.01-1" in packages
+    assert (repo / "InRelease").read_text().startswith("-----BEGIN PGP SIGNED MESSAGE-----")
+    assert "BEGIN PGP PUBLIC KEY BLOCK" in (repo / aptrepo.KEY_NAME).read_text()
+    assert (tmp_path / "www/pip/nixl_cu13-1.5.2-py3-none-any.whl").is_file()
+
+
+SPEC = HostSpec(gpu_count=8)
+GPU = "NVIDIA RTX PRO 6000 Blackwell Server Edition, 97887, 12.0, 580.95.05"
+
+
+def test_gpu_problems_name_the_host_and_the_difference() -> None:
+    assert c.gpu_problems("h", c.parse_smi("\n".join([GPU] * 8)), SPEC) == []
+    assert c.gpu_problems("h", c.parse_smi("\n".join([GPU] * 7)), SPEC) == [
+        "h: nvidia-smi lists 7 GPUs, expected 8 (pdfleet_cluster.hosts.h.gpu_count)"]
+    odd = c.parse_smi(GPU.replace("12.0", "9.0"))
+    assert "h: GPU 0 has compute capability 9.0, expected 12.0" in c.gpu_problems("h", odd, SPEC)
+
+
+def test_holds_and_versions() -> None:
+    lines = ["hold installed nvidia-smi 580.95.05-1", "install installed libcuda1 580.95.05-1",
+             "hold installed nvidia-modprobe 590.48.01-1", "unknown not-installed nvidia-foo 1"]
+    assert c.hold_problems("h", lines, "580.95.05") == [
+        "h: package libcuda1 580.95.05-1 is not held (dpkg selection 'install'); fix: apt-mark hold libcuda1, "
+        "or rerun provision.yml",
+        "h: package nvidia-modprobe is at 590.48.01-1, not the pinned 580.95.05"]
+
+
+def _unit(role: str, tls: str) -> Unit:
+    return Unit(name=f"pdfleet-{role}", kind="worker", role=role, instance=role, host="h", address="a",
+                description="", exec_start=[], environment={"UCX_TLS": tls})
+
+
+def test_single_host_pd_needs_cuda_ipc() -> None:
+    tls, devices = c.required_transports([_unit("prefill", "tcp,sm"), _unit("decode", "tcp,^cma")])
+    assert tls == {"tcp", "cuda_ipc"} and devices == set()
+    assert c.required_transports([_unit("prefill", "tcp")])[0] == {"tcp"}
+    assert c.nvcc_release("Cuda compilation tools, release 13.0, V13.0.2") == "13.0"
