@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from simcluster import SITE, ScratchCluster, recap
 
-from .conftest import PROVISION, SITE, Cluster, recap
+from .conftest import PROVISION
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -18,28 +19,28 @@ PIN, NEW_PIN = "580.95.05", "580.105.08"
 CONN_PATCH = Path(__file__).resolve().parents[2] / "ansible/roles/sglang/files/patches/0.5.15.post1/nixl-conn.patch"
 
 
-def test_second_run_changes_nothing(provisioned: Cluster) -> None:
+def test_second_run_changes_nothing(provisioned: ScratchCluster) -> None:
     proc = provisioned.playbook()
     assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]
     assert recap(proc.stdout, "localhost")["changed"] == 0, proc.stdout[-4000:]
 
 
-def test_check_mode_on_a_converged_cluster(provisioned: Cluster) -> None:
+def test_check_mode_on_a_converged_cluster(provisioned: ScratchCluster) -> None:
     proc = provisioned.playbook(SITE, "--check", "--diff")
     assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]
 
 
-def test_pinning_keeps_the_newer_branch_out(provisioned: Cluster) -> None:
+def test_pinning_keeps_the_newer_branch_out(provisioned: ScratchCluster) -> None:
     policy = provisioned.ssh("apt-cache policy nvidia-modprobe").stdout
     assert f"Candidate: {PIN}-1" in policy and "590.48.01-1" in policy, policy
 
 
-def test_conformance_passes(provisioned: Cluster) -> None:
+def test_conformance_passes(provisioned: ScratchCluster) -> None:
     proc = provisioned.conformance()
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
 
 
-def _wrong_pin_inventory(cluster: Cluster, tmp_path: Path) -> Path:
+def _wrong_pin_inventory(cluster: ScratchCluster, tmp_path: Path) -> Path:
     inv = tmp_path / "inventory"
     shutil.copytree(cluster.inventory, inv)
     path = inv / "group_vars/all/cluster.yml"
@@ -66,7 +67,7 @@ BREAKS = {
 
 
 @pytest.mark.parametrize("name", sorted(BREAKS))
-def test_conformance_names_a_broken_host(provisioned: Cluster, name: str) -> None:
+def test_conformance_names_a_broken_host(provisioned: ScratchCluster, name: str) -> None:
     breaking, repair, message = BREAKS[name]
     assert provisioned.ssh(breaking).returncode == 0
     try:
@@ -79,7 +80,7 @@ def test_conformance_names_a_broken_host(provisioned: Cluster, name: str) -> Non
         provisioned.wait_ready()
 
 
-def test_conformance_names_an_unpatched_conn_py(provisioned: Cluster) -> None:
+def test_conformance_names_an_unpatched_conn_py(provisioned: ScratchCluster) -> None:
     conn = provisioned.ssh("python3 -c \"import json; print(json.load(open('/opt/pdfleet/venv/pdfleet-record.json'))"
                            "['file'])\"").stdout.strip()
     patch = CONN_PATCH.read_text()
@@ -94,29 +95,29 @@ def test_conformance_names_an_unpatched_conn_py(provisioned: Cluster) -> None:
     assert "the patched file of SGLang 0.5.15.post1" in proc.stdout
 
 
-def test_conformance_names_a_wrong_driver_version(provisioned: Cluster, tmp_path: Path) -> None:
+def test_conformance_names_a_wrong_driver_version(provisioned: ScratchCluster, tmp_path: Path) -> None:
     proc = provisioned.conformance(_wrong_pin_inventory(provisioned, tmp_path))
     assert proc.returncode == 1
     assert f"node1: the running driver is {PIN}, the pin is {NEW_PIN}" in proc.stdout, proc.stdout[-4000:]
     assert f"node1: package nvidia-smi is at {PIN}-1, not the pinned {NEW_PIN}" in proc.stdout
 
 
-def _host_state(cluster: Cluster) -> str:
+def _host_state(cluster: ScratchCluster) -> str:
     return cluster.ssh("dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev} ${db:Status-Want}\\n'; "
                        "ls -l --time-style=+%s.%N /etc/apt/sources.list.d /etc/apt/preferences.d /etc/apt/keyrings "
                        "/etc/modprobe.d; md5sum /etc/apt/preferences.d/*; cat /run/pdfleet-sim/nvidia/version").stdout
 
 
-def test_secure_boot_fails_clearly_and_changes_nothing(provisioned: Cluster) -> None:
+def test_secure_boot_fails_clearly_and_changes_nothing(provisioned: ScratchCluster) -> None:
     hw = "/etc/pdfleet-sim/hardware.json"
     provisioned.ssh(f"cp {hw} /root/hw.sb && sed -i 's/\"secure_boot\": false/\"secure_boot\": true/' {hw}")
-    provisioned.set_cuda(driver_version=NEW_PIN)  # a change the role would otherwise make
+    provisioned.set_model("cuda", driver_version=NEW_PIN)  # a change the role would otherwise make
     try:
         before = _host_state(provisioned)
         proc = provisioned.playbook(PROVISION, check=False)
         after = _host_state(provisioned)
     finally:
-        provisioned.set_cuda(driver_version=PIN)
+        provisioned.set_model("cuda", driver_version=PIN)
         provisioned.ssh(f"mv /root/hw.sb {hw}")
     assert proc.returncode != 0
     assert "node1: Secure Boot is enabled" in proc.stdout, proc.stdout[-4000:]
@@ -124,13 +125,13 @@ def test_secure_boot_fails_clearly_and_changes_nothing(provisioned: Cluster) -> 
     assert before == after
 
 
-def _loads(cluster: Cluster) -> list[str]:
+def _loads(cluster: ScratchCluster) -> list[str]:
     return cluster.ssh("cat /var/lib/pdfleet-sim/nvidia/loads.log").stdout.splitlines()
 
 
-def test_driver_pin_change_reboots_exactly_once(provisioned: Cluster) -> None:
+def test_driver_pin_change_reboots_exactly_once(provisioned: ScratchCluster) -> None:
     loads = len(_loads(provisioned))
-    provisioned.set_cuda(driver_version=NEW_PIN)
+    provisioned.set_model("cuda", driver_version=NEW_PIN)
     try:
         refused = provisioned.playbook(PROVISION, "-e", "nvidia_driver_reboot_allowed=false", check=False)
         assert refused.returncode != 0
@@ -144,7 +145,7 @@ def test_driver_pin_change_reboots_exactly_once(provisioned: Cluster) -> None:
         assert recap(again.stdout, "node1")["changed"] == 0, again.stdout[-4000:]
         assert len(_loads(provisioned)) == loads + 1
     finally:
-        provisioned.set_cuda(driver_version=PIN)
+        provisioned.set_model("cuda", driver_version=PIN)
         provisioned.playbook(PROVISION)  # back to the pin (one more reboot)
         provisioned.wait_ready()
     assert NEW_PIN not in provisioned.ssh("nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from .conftest import SimCluster, recap
+from simcluster import SITE, ScratchCluster, recap
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 
-def test_completion_through_the_router(converged: SimCluster) -> None:
+def test_completion_through_the_router(converged: ScratchCluster) -> None:
     out = converged.chat("In one sentence, what is PCIe?")
     assert out["id"].startswith("chatcmpl-")
     assert out["model"] == converged.model
@@ -20,17 +19,17 @@ def test_completion_through_the_router(converged: SimCluster) -> None:
     assert out["choices"][0]["message"]["content"]
 
 
-def test_second_run_changes_nothing(converged: SimCluster) -> None:
+def test_second_run_changes_nothing(converged: ScratchCluster) -> None:
     proc = converged.playbook()
     assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]
 
 
-def test_check_mode_on_a_converged_cluster(converged: SimCluster) -> None:
-    proc = converged.playbook("--check", "--diff")
+def test_check_mode_on_a_converged_cluster(converged: ScratchCluster) -> None:
+    proc = converged.playbook(SITE, "--check", "--diff")
     assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]
 
 
-def test_units_run_as_the_unprivileged_user(converged: SimCluster) -> None:
+def test_units_run_as_the_unprivileged_user(converged: ScratchCluster) -> None:
     for unit in ("pdfleet-prefill0", "pdfleet-decode0", "pdfleet-router"):
         props = converged.ssh(f"systemctl show -p MainPID,NoNewPrivileges,ProtectSystem {unit}").stdout
         assert "NoNewPrivileges=yes" in props and "ProtectSystem=strict" in props, props
@@ -38,14 +37,14 @@ def test_units_run_as_the_unprivileged_user(converged: SimCluster) -> None:
         assert converged.ssh(f"ps -o user= -p {pid}").stdout.strip() == "pdfleet", unit
 
 
-def test_record_matches_the_patched_file(converged: SimCluster) -> None:
+def test_record_matches_the_patched_file(converged: ScratchCluster) -> None:
     record = json.loads(converged.ssh("cat /opt/pdfleet/venv/pdfleet-record.json").stdout)
     found = converged.ssh(f"sha256sum {record['file']}").stdout.split()[0]
     assert record["patched"] is True and record["patch_id"] == "nixl-abort-v1"
     assert found == record["sha256"]
 
 
-def test_drift_fails_and_leaves_the_file_untouched(converged: SimCluster) -> None:
+def test_drift_fails_and_leaves_the_file_untouched(converged: ScratchCluster) -> None:
     record = json.loads(converged.ssh("cat /opt/pdfleet/venv/pdfleet-record.json").stdout)
     conn = record["file"]
     assert converged.ssh(f"echo '# hand edit' >> {conn}").returncode == 0

@@ -10,8 +10,7 @@ import socket
 import urllib.error
 
 import pytest
-
-from .conftest import SimCluster
+from simcluster import ScratchCluster
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -19,12 +18,12 @@ PORTS = {"prefill": 30000, "decode": 30001, "router": 8000}
 DEATH = "First message should be b'NixlMsgGuard'"
 
 
-def _journal(cluster: SimCluster, unit: str) -> str:
+def _journal(cluster: ScratchCluster, unit: str) -> str:
     return cluster.ssh(f"journalctl -u {unit} -o cat --no-pager", timeout=60).stdout
 
 
-def test_unpatched_wedges_and_verification_fails(converged: SimCluster) -> None:
-    converged.set_patched(False)
+def test_unpatched_wedges_and_verification_fails(converged: ScratchCluster) -> None:
+    converged.set_model("sglang", apply_patch=False)
     proc = converged.playbook(check=False)
     record = json.loads(converged.ssh("cat /opt/pdfleet/venv/pdfleet-record.json").stdout)
     assert record["patched"] is False
@@ -38,14 +37,13 @@ def test_unpatched_wedges_and_verification_fails(converged: SimCluster) -> None:
     # The wedge itself: the thread died (in the journal), health still says 200, a new request hangs.
     assert DEATH in _journal(converged, "pdfleet-prefill0")
     for role, port in PORTS.items():
-        status, _seconds = converged.health(f"http://{converged.address}:{port}")
-        assert status == 200, role
+        assert converged.health(f"http://{converged.address}:{port}") == 200, role
     with pytest.raises((TimeoutError, socket.timeout, urllib.error.URLError)):
         converged.chat("In one sentence, what is PCIe? (after the cascade)", timeout=15)
 
 
-def test_patched_survives_the_same_cascade(converged: SimCluster) -> None:
-    converged.set_patched(True)
+def test_patched_survives_the_same_cascade(converged: ScratchCluster) -> None:
+    converged.set_model("sglang", apply_patch=True)
     converged.playbook()  # raises unless every play, the verification included, passed
     report = converged.latest_report()
     assert report["ok"] is True and report["verdict"] == "pass"

@@ -1,0 +1,131 @@
+"""A throwaway simulated cluster for integration tests: a scratch copy of inventory/sim on its own bridge,
+subnet and state directory (so it never touches a cluster a person started with `make site`), converged by
+the real site.yml, and always torn down, also when a test fails. Shared by tests/sim and tests/provision."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pdfleet.paths import REPO_ROOT
+from pdfleet.sim.scratch import scratch_inventory
+
+BIN = Path(sys.executable).parent
+SITE = REPO_ROOT / "site.yml"
+TOOLS = ("systemd-nspawn", "debootstrap", "nft", "dpkg-deb", "gpg")
+
+
+def skip_reason() -> str | None:
+    """Why a scratch cluster cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "the simulated cluster needs root (systemd-nspawn, bridges, nftables)"
+    for tool in TOOLS:
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (make test installs it: scripts/host-packages.sh)"
+    return None
+
+
+def recap(stdout: str, host: str) -> dict[str, int]:
+    """The PLAY RECAP counters of one host."""
+    for line in stdout.splitlines():
+        if line.startswith(host + " ") and "ok=" in line:
+            return {k: int(v) for k, v in (w.split("=") for w in line.split()[2:])}
+    raise AssertionError(f"no PLAY RECAP line for {host}:\n{stdout[-3000:]}")
+
+
+@dataclass
+class ScratchCluster:
+    inventory: Path
+    state_dir: Path
+    address: str
+    router_url: str
+    model: str
+    reports_dir: Path
+
+    def playbook(self, playbook: Path = SITE, *extra: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run a playbook; the verification play runs one cascade cycle (default 2) to keep the suite short."""
+        env = dict(os.environ, ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1")
+        verify = json.dumps({"pdfleet_verify_args": ["--cycles", "1"],
+                             "pdfleet_verify_reports_dir": str(self.reports_dir)})
+        proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(playbook),
+                               "-e", verify, *extra],
+                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{playbook.name} failed (rc {proc.returncode}):\n{proc.stdout[-6000:]}\n"
+                                 f"{proc.stderr}")
+        return proc
+
+    def ssh(self, command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["ssh", "-F", str(self.state_dir / "ssh_config"), "node1", command],
+                              capture_output=True, text=True, timeout=timeout, check=False)
+
+    def set_model(self, section: str, **values: object) -> None:
+        """Change pdfleet_cluster.<section> in the scratch inventory (e.g. sglang apply_patch, cuda pins)."""
+        path = self.inventory / "group_vars" / "all" / "cluster.yml"
+        data = yaml.safe_load(path.read_text())
+        data["pdfleet_cluster"].setdefault(section, {}).update(values)
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def chat(self, prompt: str, timeout: float = 30) -> dict:
+        """One non-streaming chat completion through the router; raises on HTTP errors and time-outs."""
+        body = json.dumps({"model": self.model, "max_tokens": 16,
+                           "messages": [{"role": "user", "content": prompt}]}).encode()
+        req = urllib.request.Request(self.router_url + "/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            assert resp.status == 200
+            return json.loads(resp.read())
+
+    def health(self, url: str) -> int:
+        """The status of GET url/health."""
+        with urllib.request.urlopen(url + "/health", timeout=5) as resp:
+            return resp.status
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.router_url + "/readiness", timeout=3) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, OSError) as exc:
+                last = str(exc)
+            time.sleep(1)
+        raise AssertionError(f"router {self.router_url} not ready within {timeout}s: {last}")
+
+    def latest_report(self) -> dict:
+        """The newest verification report the final play of site.yml left."""
+        reports = sorted(self.reports_dir.glob("verify-*.json"), key=lambda p: p.stat().st_mtime)
+        assert reports, f"no verification report in {self.reports_dir}"
+        return json.loads(reports[-1].read_text())
+
+    def conformance(self, inventory: Path | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(BIN / "pdfleet"), "conformance", "-i", str(inventory or self.inventory)],
+                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+
+
+@contextmanager
+def scratch_cluster(root: Path, net: int) -> Iterator[ScratchCluster]:
+    """A scratch cluster on 10.<net>.0.0/24 (not yet converged); torn down on exit, whatever happened."""
+    scratch = scratch_inventory(root, net)
+    plan = json.loads(subprocess.run([str(BIN / "pdfleet"), "plan", "-i", str(scratch.path), "--json"],
+                                     capture_output=True, text=True, check=True).stdout)
+    cluster = ScratchCluster(scratch.path, scratch.state_dir, scratch.addresses["node1"], plan["router_url"],
+                             plan["model"]["served_name"] or plan["model"]["name"], root / "reports")
+    try:
+        yield cluster
+    finally:
+        subprocess.run([str(BIN / "pdfleet"), "sim", "down", "--state-dir", str(scratch.state_dir)],
+                       capture_output=True, text=True, timeout=300, check=False)
