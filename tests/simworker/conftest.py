@@ -59,6 +59,17 @@ def router() -> RouterSpec:
     return _router(os.environ.get("PDFLEET_ROUTER_KIND", "sglang-router"))
 
 
+SMG_PIN = "smg==1.13.0"  # the version the router choice was made against (see test_router.py)
+
+
 @pytest.fixture(scope="session")
 def smg_router() -> RouterSpec:
+    """smg in its own scratch venv under .cache/ (it must not share a venv with sglang-router)."""
+    if RouterSpec.find("smg") is None:
+        venv = REPO_ROOT / ".cache" / "router-smg"
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", SMG_PIN],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            pytest.skip(f"could not install {SMG_PIN}: {proc.stderr.strip()[-300:]}")
     return _router("smg")

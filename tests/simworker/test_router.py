@@ -29,9 +29,7 @@ def slow_prefill_env(fake_env: dict[str, str]) -> dict[str, str]:
 def stack(
     request: pytest.FixtureRequest, sim_python: str, fake_env: dict[str, str], tmp_path: Path
 ) -> Iterator[LocalPD]:
-    spec = RouterSpec.find(request.param)
-    if spec is None:
-        pytest.skip(f"router {request.param} is not installed")
+    spec: RouterSpec = request.getfixturevalue("router" if request.param == "sglang-router" else "smg_router")
     with LocalPD([sim_python], tmp_path, {**fake_env, "PDFLEET_SIM_DECODE_TOKENS_PER_S": "200"}, spec) as pd:
         yield pd
 

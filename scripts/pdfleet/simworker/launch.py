@@ -92,7 +92,7 @@ class RouterSpec:
         if kind == "smg":
             for cand in (REPO_ROOT / ".cache/router-smg/bin/smg", shutil.which("smg"),
                          Path(sys.executable).parent / "smg"):
-                if cand and Path(cand).is_file():
+                if cand and Path(cand).is_file() and _is_smg(Path(cand)):
                     return cls("smg", Path(cand))
         else:
             cand = REPO_ROOT / ".cache/router-sgl/bin/python"
@@ -101,6 +101,16 @@ class RouterSpec:
             if importlib.util.find_spec("sglang_router") is not None:
                 return cls("sglang-router", Path(sys.executable))
         return None
+
+
+def _is_smg(script: Path) -> bool:
+    """True for the smg package's own script: sglang-router 0.3.2 installs an `smg` script too, which is
+    sglang-router (`sgl-model-gateway 0.3.2`), not smg."""
+    try:
+        out = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return (out.stdout + out.stderr).strip().startswith("smg ")
 
 
 @dataclass
