@@ -18,6 +18,7 @@ from pdfleet.errors import PlanError, Problem
 Role = Literal["prefill", "decode", "mono"]
 Profile = Literal["pd-4p4d", "pd-multinode", "mono-tp8"]
 Launcher = Literal["sglang", "sim"]
+ModelSource = Literal["hub", "mirror", "standin"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ class ModelSpec:
     name: str
     path: str
     revision: str = "main"
+    source: ModelSource = "hub"  # hub: download (token from Vault); mirror: copy from mirror_path; standin: sim
+    mirror_path: str = ""
     served_name: str = ""
     server_args: list[str] = field(default_factory=list)
 

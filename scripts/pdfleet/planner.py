@@ -251,6 +251,13 @@ def _check_versions(c: ClusterModel, supported_patches: Mapping[str, str]) -> li
     elif supported_patches[s.version] != s.patch:
         out.append(Problem("pdfleet_cluster.sglang.patch", f"patch {s.patch!r} is not the patch for SGLang "
                            f"{s.version}", f"set it to {supported_patches[s.version]!r}"))
+    m = c.model
+    if m.source == "standin" and s.launcher != "sim":
+        out.append(Problem("pdfleet_cluster.model.source", "standin (a tokenizer, no weights) is for simulated "
+                           "hosts only", "use hub or mirror, or set sglang.launcher: sim"))
+    if m.source == "mirror" and not m.mirror_path:
+        out.append(Problem("pdfleet_cluster.model.mirror_path", "source mirror needs a mirror directory",
+                           "set mirror_path to the model's directory on the control machine"))
     if s.log_level not in SUPPORTED_LOG_LEVELS:
         out.append(Problem("pdfleet_cluster.sglang.log_level", f"{s.log_level!r} is not a log level",
                            f"use one of: {', '.join(SUPPORTED_LOG_LEVELS)}"))
