@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from pdfleet.errors import PdfleetError
+from pdfleet.paths import PATCH_DIR
 
 PATCH_FILE = "nixl-conn.patch"
 MANIFEST_FILE = "manifest.yml"
@@ -65,7 +66,7 @@ class PatchManifest:
 
 def default_patches_dir() -> Path:
     """The repository's ``ansible/roles/sglang/files/patches`` folder."""
-    return Path(__file__).resolve().parents[2] / "ansible" / "roles" / "sglang" / "files" / "patches"
+    return PATCH_DIR
 
 
 def _version_key(version: str) -> tuple[tuple[int, str], ...]:

@@ -31,8 +31,8 @@ from pathlib import Path
 
 from pdfleet import patches
 from pdfleet.errors import PdfleetError
+from pdfleet.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 STAMP = ".pdfleet-recipe"
 PYTHON_TAG = (3, 11)  # the sglang wheels are cp311
 
