@@ -4,6 +4,7 @@ the real site.yml, and always torn down, also when a test fails. Shared by tests
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -116,10 +117,42 @@ class ScratchCluster:
                               cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
 
 
+NET_LOCK_DIR = Path("/run/lock/pdfleet-test-nets")
+
+
 @contextmanager
-def scratch_cluster(root: Path, net: int) -> Iterator[ScratchCluster]:
-    """A scratch cluster on 10.<net>.0.0/24 (not yet converged); torn down on exit, whatever happened."""
-    scratch = scratch_inventory(root, net)
+def claimed_net(lo: int = 80, hi: int = 99) -> Iterator[int]:
+    """A subnet number in lo..hi that no other test run on this machine holds (an flock per number, kept until
+    exit) and whose scratch bridge does not exist, so concurrent suites never share a bridge or addresses."""
+    NET_LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    for net in range(lo, hi + 1):
+        fd = os.open(NET_LOCK_DIR / f"{net}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        if Path(f"/sys/class/net/pdfsc{net}").exists():  # left over by a killed run: not ours to reuse
+            os.close(fd)
+            continue
+        try:
+            yield net
+        finally:
+            os.close(fd)
+        return
+    raise RuntimeError(f"no free scratch subnet in 10.{lo}-{hi}.0.0/24: every one is held by another run or has "
+                       "a leftover bridge (pdfleet sim down --state-dir ... removes it)")
+
+
+@contextmanager
+def scratch_cluster(root: Path, net: int | None = None, source: Path | None = None) -> Iterator[ScratchCluster]:
+    """A scratch cluster (not yet converged) on 10.<net>.0.0/24, by default the first free subnet in 10.80-99;
+    a copy of `source` (default inventory/sim); torn down on exit, whatever happened."""
+    if net is None:
+        with claimed_net() as claimed, scratch_cluster(root, claimed, source) as cluster:
+            yield cluster
+        return
+    scratch = scratch_inventory(root, net, source) if source else scratch_inventory(root, net)
     plan = json.loads(subprocess.run([str(BIN / "pdfleet"), "plan", "-i", str(scratch.path), "--json"],
                                      capture_output=True, text=True, check=True).stdout)
     cluster = ScratchCluster(scratch.path, scratch.state_dir, scratch.addresses["node1"], plan["router_url"],

@@ -3,7 +3,6 @@ every provisioning test and always torn down (hosts, bridge, nft rules and the s
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -21,8 +20,7 @@ def provisioned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScratchClu
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    # 10.90-99: not tests/sim's subnet (10.80-89)
-    with scratch_cluster(tmp_path_factory.mktemp("provision"), 90 + os.getpid() % 10) as cluster:
+    with scratch_cluster(tmp_path_factory.mktemp("provision")) as cluster:
         t0 = time.monotonic()
         cluster.playbook()
         cluster.wait_ready()

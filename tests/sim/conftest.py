@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -14,7 +13,7 @@ def sim_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScratchClu
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    with scratch_cluster(tmp_path_factory.mktemp("simcluster"), 80 + os.getpid() % 10) as cluster:
+    with scratch_cluster(tmp_path_factory.mktemp("simcluster")) as cluster:
         yield cluster
 
 
