@@ -14,7 +14,8 @@ from pathlib import Path
 from pdfleet import conformance, patchcli, patchstatus
 from pdfleet.cluster import plan_inventory
 from pdfleet.errors import PdfleetError
-from pdfleet.paths import DEFAULT_INVENTORY
+from pdfleet.inventory import add_inventory_arguments, source_from_args
+from pdfleet.plandoc import plan_document
 from pdfleet.planner import Plan
 from pdfleet.render import render_plan
 from pdfleet.sim import cli as sim_cli
@@ -23,8 +24,7 @@ from pdfleet.verify import cli as verify_cli
 
 
 def _inventory_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY,
-                   help="inventory directory or file (default: the simulated cluster, inventory/sim)")
+    add_inventory_arguments(p)
 
 
 def plan_table(plan: Plan) -> str:
@@ -41,13 +41,13 @@ def plan_table(plan: Plan) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    plan = plan_inventory(args.inventory)
-    print(json.dumps(plan.to_dict(), indent=2, sort_keys=True) if args.json else plan_table(plan))
+    plan = plan_inventory(source_from_args(args))
+    print(json.dumps(plan_document(plan), indent=2, sort_keys=True) if args.json else plan_table(plan))
     return 0
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    plan = plan_inventory(args.inventory)
+    plan = plan_inventory(source_from_args(args))
     written = render_plan(plan, args.output)
     for path in written:
         print(path)

@@ -1,13 +1,13 @@
-"""Glue between an inventory on disk and the planner: the one call the CLI and tests use."""
+"""Glue between an inventory and the planner: the one call the CLI and tests use."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from pdfleet import patches
 from pdfleet.errors import InventoryError
-from pdfleet.inventory import load_inventory
-from pdfleet.model import ROOT_VARIABLE
+from pdfleet.inventory import ROOT_VARIABLE, Inventory, InventorySource, load_inventory
 from pdfleet.paths import PATCH_DIR
 from pdfleet.planner import Plan, build_plan
 
@@ -17,12 +17,17 @@ def supported_patches(patch_dir: Path = PATCH_DIR) -> dict[str, str]:
     return {v: patches.load_manifest(v, patch_dir).patch_id for v in patches.supported_versions(patch_dir)}
 
 
-def plan_inventory(path: str | Path) -> Plan:
-    """Load the inventory at `path` and plan it; raises InventoryError or PlanError."""
-    inv = load_inventory(path)
-    if ROOT_VARIABLE not in inv.variables:
+def plan_of(inv: Inventory) -> Plan:
+    """Plan a loaded inventory; raises InventoryError or PlanError."""
+    cluster = inv.shared_var(ROOT_VARIABLE)
+    if cluster is None:
         raise InventoryError(
-            f"{inv.path}: the variable {ROOT_VARIABLE} is not defined "
+            f"{inv.source.describe()}: the variable {ROOT_VARIABLE} is not defined "
             f"(put the cluster model in {inv.path}/group_vars/all/cluster.yml)"
         )
-    return build_plan(inv.variables[ROOT_VARIABLE], inv.hosts, supported_patches(), source=str(inv.path))
+    return build_plan(cluster, inv.hosts, supported_patches(), source=inv.source.describe())
+
+
+def plan_inventory(source: InventorySource | str | Path | Sequence[str | Path]) -> Plan:
+    """Load the inventory (ansible-core: host_vars, any group, -e, Vault) and plan it."""
+    return plan_of(load_inventory(source))

@@ -15,6 +15,8 @@ Exit codes: 0 every check passed, 1 a check failed, 2 the suite could not run (b
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import re
 import subprocess
 import sys
@@ -23,18 +25,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pdfleet.errors import InventoryError, PdfleetError
-from pdfleet.inventory import load_inventory
-from pdfleet.model import ROOT_VARIABLE, HostSpec, parse_cluster
+from pdfleet.inventory import (
+    ROOT_VARIABLE,
+    HostConnection,
+    InventorySource,
+    add_inventory_arguments,
+    load_inventory,
+    source_from_args,
+)
+from pdfleet.model import HostSpec, parse_cluster
 from pdfleet.paths import PATCH_DIR, REPO_ROOT
 from pdfleet.planner import Plan, Unit
 
 SUITE_DIR = REPO_ROOT / "tests" / "conformance"
 # What is held: every package of the driver (nvidia_driver role, vars/<distro>.yml).
 HELD_PACKAGES = re.compile(r"^(nvidia-.*|libnvidia-.*|libcuda1)$")
-# UCX_TLS words that are aliases, not transports ucx_info lists (nixl role, vars/main.yml).
-UCX_TLS_ALIASES = frozenset({"all", "sm", "shm", "mm", "cuda", "rocm", "ib", "rc", "ud", "dc", "rc_x", "ud_x", "dc_x",
-                             "rc_v", "ud_v", "ugni"})
 SMI_QUERY = "name,memory.total,compute_cap,driver_version"
+
+
+# Inventory variables of the provisioning roles that the checks read (templated per host, like a play would).
+SETTINGS = ("nvidia_driver_modinfo_command", "nixl_ucx_info")
 
 
 @dataclass(frozen=True)
@@ -42,66 +52,62 @@ class Target:
     """One host to check: how to reach it and what it must be."""
 
     name: str
-    address: str
-    user: str
-    ssh_config: str | None
-    identity: str | None
+    connection: HostConnection
     spec: HostSpec | None  # None: a host without GPUs in the model (a router-only host, say)
     units: tuple[Unit, ...]
     settings: Mapping[str, object] = field(default_factory=dict)
 
     @property
+    def address(self) -> str:
+        return self.connection.address
+
+    @property
     def url(self) -> str:
-        return f"ssh://{self.user}@{self.address}" if self.user else f"ssh://{self.address}"
+        return self.connection.testinfra_url()
+
+    @property
+    def ssh_config(self) -> str | None:
+        return self.connection.ssh_config
+
+    @property
+    def identity(self) -> str | None:
+        return self.connection.key_file
 
     def setting(self, name: str, default: object) -> object:
         """An inventory variable of the provisioning roles (e.g. nvidia_driver_modinfo_command)."""
-        value = self.settings.get(name, default)
-        return default if isinstance(value, str) and "{{" in value else value
+        value = self.settings.get(name)
+        return default if value is None else value
 
 
 @dataclass(frozen=True)
 class Expectations:
     """The whole inventory: its plan and its targets."""
 
-    inventory: Path
+    inventory: InventorySource
     plan: Plan
     targets: tuple[Target, ...]
 
 
-def _plain(value: object) -> str | None:
-    """An inventory value usable as is (Jinja expressions are Ansible's business, not ours)."""
-    return None if value is None or "{{" in str(value) else str(value)
-
-
-def _ssh_config_from_args(common_args: object) -> str | None:
-    words = str(common_args or "").split()
-    return words[words.index("-F") + 1] if "-F" in words[:-1] else None
-
-
-def load(inventory: str | Path, ssh_config: str | None = None) -> Expectations:
+def load(source: InventorySource | str | Path, ssh_config: str | None = None) -> Expectations:
     """Plan the inventory and describe each host to check; raise InventoryError/PlanError when it can't."""
-    from pdfleet.cluster import plan_inventory
+    from pdfleet.cluster import plan_of
 
-    inv = load_inventory(inventory)
-    if ROOT_VARIABLE not in inv.variables:
-        raise InventoryError(f"{inv.path}: {ROOT_VARIABLE} is not defined; not a pdfleet inventory")
-    plan = plan_inventory(inventory)
-    model = parse_cluster(inv.variables[ROOT_VARIABLE])
-    sim = inv.variables.get("pdfleet_sim")
-    sim_ssh = f"{sim['state_dir']}/ssh_config" if isinstance(sim, dict) and "state_dir" in sim else None
+    src = InventorySource.of(source)
+    inv = load_inventory(src)
+    plan = plan_of(inv)
+    model = parse_cluster(inv.shared_var(ROOT_VARIABLE))
     targets = []
-    for name, address in inv.hosts.items():
-        hv = {**inv.variables, **inv.host_vars.get(name, {})}
-        config = ssh_config or _plain(_ssh_config_from_args(hv.get("ansible_ssh_common_args"))) or sim_ssh
+    for name in inv.host_names:
+        conn = inv.connection(name)
+        if ssh_config:
+            conn = dataclasses.replace(conn, ssh_args=("-F", ssh_config, *conn.ssh_args))
         targets.append(Target(
-            name=name, address=address, user=_plain(hv.get("ansible_user")) or "",
-            ssh_config=config, identity=_plain(hv.get("ansible_ssh_private_key_file")),
-            spec=model.hosts.get(name), units=tuple(plan.hosts.get(name, [])), settings=hv,
+            name=name, connection=conn, spec=model.hosts.get(name), units=tuple(plan.hosts.get(name, [])),
+            settings={k: inv.var(name, k) for k in SETTINGS},
         ))
     if not targets:
-        raise InventoryError(f"{inv.path}: no hosts to check")
-    return Expectations(Path(inventory), plan, tuple(targets))
+        raise InventoryError(f"{src.describe()}: no hosts to check")
+    return Expectations(src, plan, tuple(targets))
 
 
 # ---------------------------------------------------------------- what the hosts report
@@ -182,16 +188,12 @@ def ucx_devices(stdout: str) -> set[str]:
 
 
 def required_transports(units: Sequence[Unit]) -> tuple[set[str], set[str]]:
-    """(transports, devices) that ucx_info -d must list for this host's PD units."""
-    pd = [u for u in units if u.role in ("prefill", "decode")]
+    """(transports, devices) that ucx_info -d must list for this host's PD units (planned, first-class fields)."""
     tls: set[str] = set()
     devices: set[str] = set()
-    for u in pd:
-        tls |= {t.strip() for t in u.environment.get("UCX_TLS", "").split(",")
-                if t.strip() and not t.strip().startswith("^") and t.strip() not in UCX_TLS_ALIASES}
-        devices |= {d.strip() for d in u.environment.get("UCX_NET_DEVICES", "").split(",") if d.strip()}
-    if {u.role for u in pd} >= {"prefill", "decode"}:
-        tls.add("cuda_ipc")  # single-host PD: the KV cache moves GPU to GPU over CUDA IPC
+    for u in units:
+        tls |= set(u.required_transports)
+        devices |= set(u.ucx_net_devices)
     return tls, devices
 
 
@@ -211,15 +213,31 @@ def patched_sha256(version: str, patched: bool, patch_dir: Path = PATCH_DIR) -> 
 # ---------------------------------------------------------------- CLI
 
 
-def run_suite(inventory: Path, ssh_config: str | None, extra: Sequence[str]) -> int:
+def source_option(source: InventorySource) -> str:
+    """The whole inventory source (paths, -e, vault) as one pytest option value."""
+    return json.dumps({"paths": [str(p) for p in source.paths], "extra_vars": list(source.extra_vars),
+                       "vault_password_files": list(source.vault_password_files),
+                       "vault_ids": list(source.vault_ids)})
+
+
+def source_from_option(text: str) -> InventorySource:
+    """--inventory of the suite: a path, or the JSON that `pdfleet conformance` passes."""
+    if not text.lstrip().startswith("{"):
+        return InventorySource.of(text)
+    data = json.loads(text)
+    return InventorySource(tuple(Path(p) for p in data["paths"]), tuple(data["extra_vars"]),
+                           tuple(data["vault_password_files"]), tuple(data["vault_ids"]))
+
+
+def run_suite(source: InventorySource, ssh_config: str | None, extra: Sequence[str]) -> int:
     """Run the testinfra suite; pytest's exit codes map to 0 pass, 1 a check failed, 2 could not run."""
     try:
-        load(inventory, ssh_config)  # fail fast, with the planner's message, before pytest starts
+        load(source, ssh_config)  # fail fast, with the planner's message, before pytest starts
     except PdfleetError as exc:
         print(f"pdfleet: {exc}", file=sys.stderr)
         return 2
     cmd = [sys.executable, "-m", "pytest", str(SUITE_DIR), "-p", "no:cacheprovider", "-q", "--no-header",
-           "-rf", "--tb=short", "--inventory", str(inventory)]
+           "-rf", "--tb=short", "--inventory", source_option(source)]
     if ssh_config:
         cmd += ["--conformance-ssh-config", ssh_config]
     rc = subprocess.run([*cmd, *extra], cwd=REPO_ROOT, check=False).returncode
@@ -228,15 +246,12 @@ def run_suite(inventory: Path, ssh_config: str | None, extra: Sequence[str]) -> 
 
 def _cmd(args: argparse.Namespace) -> int:
     extra = [a for a in args.pytest_args if a != "--"]
-    return run_suite(args.inventory, args.ssh_config, extra)
+    return run_suite(source_from_args(args), args.ssh_config, extra)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from pdfleet.paths import DEFAULT_INVENTORY
-
     p = subparsers.add_parser("conformance", help="check every host against the plan (pytest-testinfra over SSH)")
-    p.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY,
-                   help="inventory directory or file (default: the simulated cluster, inventory/sim)")
+    add_inventory_arguments(p)
     p.add_argument("--ssh-config", help="ssh_config for reaching the hosts (default: the inventory's -F, or the sim's)")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments, after --")
     p.set_defaults(func=_cmd)

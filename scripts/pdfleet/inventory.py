@@ -1,92 +1,343 @@
-"""Read an Ansible YAML inventory (a directory or a file) the way the planner needs it.
+"""Inventories read by ansible-core itself, so every `pdfleet` command sees what `ansible-playbook` sees.
 
-Only what the model needs is read: the host names with their addresses (`ansible_host`) and the
-variables of the `all` group (`group_vars/all.yml`, `group_vars/all/*.yml`, and `vars:` under `all`).
-Vault-encrypted files hold secrets, never the model, and are skipped.
+`host_vars/`, the variables of any group, several `-i` sources, extra vars (`-e`, same syntax as Ansible's) and
+Vault-encrypted files (`--vault-password-file`, `--vault-id`, `ANSIBLE_VAULT_PASSWORD_FILE`) all behave as in a
+playbook run, because the same InventoryManager, VariableManager and Templar do the work. Only inventory-level
+variables exist here (no facts, no play vars): that is what the planner and the connection settings need.
+
+`Inventory.connection(host)` is the one place that says how to reach a host (address, port, user, key, SSH
+options); `pdfleet.remote`, the journal reader and conformance all use it.
 """
 
 from __future__ import annotations
 
+import argparse
+import re
+import shlex
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-import yaml
+from typing import Any
 
 from pdfleet.errors import InventoryError
+from pdfleet.paths import DEFAULT_INVENTORY
 
-INVENTORY_FILES = ("hosts.yml", "hosts.yaml", "inventory.yml", "inventory.yaml")
+ROOT_VARIABLE = "pdfleet_cluster"
 
 
 @dataclass(frozen=True)
-class Inventory:
-    """Hosts (name -> address) and the merged `all` group variables of one inventory."""
+class InventorySource:
+    """What a user passes to `pdfleet` (and would pass to ansible-playbook): inventories, extra vars, vault."""
 
-    path: Path
-    hosts: dict[str, str]
-    variables: dict[str, object]
-    host_vars: dict[str, dict[str, object]]
+    paths: tuple[Path, ...] = (DEFAULT_INVENTORY,)
+    extra_vars: tuple[str, ...] = ()
+    vault_password_files: tuple[str, ...] = ()
+    vault_ids: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, value: InventorySource | str | Path | Sequence[str | Path]) -> InventorySource:
+        if isinstance(value, InventorySource):
+            return value
+        if isinstance(value, str | Path):
+            return cls((Path(value),))
+        return cls(tuple(Path(v) for v in value))
+
+    @property
+    def path(self) -> Path:
+        """The first source: where error messages and defaults (reports, sim state) point."""
+        return self.paths[0]
+
+    def describe(self) -> str:
+        return ", ".join(str(p) for p in self.paths)
+
+    def ansible_args(self) -> list[str]:
+        """The same inventory for an ansible(-playbook) command line."""
+        args: list[str] = []
+        for p in self.paths:
+            args += ["-i", str(p)]
+        for e in self.extra_vars:
+            args += ["-e", e]
+        for f in self.vault_password_files:
+            args += ["--vault-password-file", f]
+        for v in self.vault_ids:
+            args += ["--vault-id", v]
+        return args
 
 
-def _read_yaml(path: Path) -> object:
-    text = path.read_text(encoding="utf-8")
-    if text.startswith("$ANSIBLE_VAULT"):
-        return None
+@dataclass(frozen=True)
+class HostConnection:
+    """How to reach one inventory host over SSH, as Ansible's ssh connection would."""
+
+    name: str
+    address: str
+    port: int | None = None
+    user: str | None = None
+    key_file: str | None = None
+    ssh_args: tuple[str, ...] = ()  # ansible_ssh_common_args + ansible_ssh_extra_args, split
+
+    @property
+    def ssh_config(self) -> str | None:
+        """The `-F FILE` among the SSH arguments (fabric and testinfra take it separately)."""
+        args = list(self.ssh_args)
+        return args[args.index("-F") + 1] if "-F" in args[:-1] else None
+
+    @property
+    def ssh_options(self) -> dict[str, str]:
+        """`-o Key=Value` options among the SSH arguments."""
+        out: dict[str, str] = {}
+        args = list(self.ssh_args)
+        for i, arg in enumerate(args[:-1]):
+            if arg == "-o" and "=" in args[i + 1]:
+                key, _, value = args[i + 1].partition("=")
+                out[key] = value
+        return out
+
+    def ssh_command(self, command: str | None = None) -> list[str]:
+        """An `ssh` argv that reaches the host (for subprocess), optionally running `command`."""
+        argv = ["ssh", *self.ssh_args, "-o", "BatchMode=yes"]
+        if self.port:
+            argv += ["-p", str(self.port)]
+        if self.key_file:
+            argv += ["-i", self.key_file]
+        argv.append(f"{self.user}@{self.address}" if self.user else self.address)
+        if command is not None:
+            argv.append(command)
+        return argv
+
+    def testinfra_url(self) -> str:
+        user = f"{self.user}@" if self.user else ""
+        port = f":{self.port}" if self.port else ""
+        return f"ssh://{user}{self.address}{port}"
+
+
+def _plain(value: object) -> object:
+    """Ansible's tagged types (and its vault/lazy containers) as plain Python data."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    return str(value)
+
+
+@contextmanager
+def _captured_ansible_warnings() -> Iterator[list[str]]:
+    """Collect what ansible-core would print as warnings/errors while parsing, instead of printing it."""
+    from ansible.utils.display import Display
+
+    display = Display()
+    seen: list[str] = []
+    saved = {name: getattr(display, name) for name in ("warning", "error_as_warning", "error")}
+
+    def warning(msg: str, *args: Any, **kwargs: Any) -> None:
+        seen.append(str(msg))
+
+    def error_as_warning(msg: str | None, exception: BaseException, *args: Any, **kwargs: Any) -> None:
+        seen.append(f"{msg or ''} {exception}".strip())
+
+    display.warning = warning  # type: ignore[method-assign]
+    display.error_as_warning = error_as_warning  # type: ignore[method-assign]
+    display.error = warning  # type: ignore[method-assign]
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InventoryError(f"{path}: not valid YAML: {exc}") from None
+        yield seen
+    finally:
+        for name, fn in saved.items():
+            setattr(display, name, fn)
 
 
-def _walk_group(group: object, path: Path, hosts: dict[str, dict[str, object]]) -> None:
-    if group is None:
-        return
-    if not isinstance(group, dict):
-        raise InventoryError(f"{path}: a group must be a mapping with hosts/children/vars")
-    for name, hvars in (group.get("hosts") or {}).items():
-        merged = hosts.setdefault(str(name), {})
-        merged.update(hvars or {})
-    for child in (group.get("children") or {}).values():
-        _walk_group(child, path, hosts)
+def _one_line(text: str) -> str:
+    text = re.sub(r"<class 'ansible\.[\w.]*\._AnsibleTagged(\w+)'>", lambda m: m.group(1).lower(), text)
+    return " ".join(text.split())
 
 
-def _find_inventory_file(path: Path) -> Path:
-    if path.is_file():
-        return path
-    for name in INVENTORY_FILES:
-        if (path / name).is_file():
-            return path / name
-    raise InventoryError(f"{path}: no inventory file found (expected one of {', '.join(INVENTORY_FILES)})")
+def _parse_failure(problems: list[str]) -> str:
+    """Why ansible-core could not read a source: the YAML plugin's reason when it tried (our inventories are
+    YAML), else every plugin's."""
+    relevant = [m for m in problems if "Unable to parse" not in m and "only implicit localhost" not in m]
+    yaml_only = [m for m in relevant if "'yaml' plugin" in m]
+    return "; ".join(_one_line(m) for m in (yaml_only or relevant))
 
 
-def _group_vars(base: Path) -> dict[str, object]:
-    merged: dict[str, object] = {}
-    single = [base / "group_vars" / "all.yml", base / "group_vars" / "all.yaml"]
-    folder = base / "group_vars" / "all"
-    files = [p for p in single if p.is_file()]
-    if folder.is_dir():
-        files += sorted(p for p in folder.iterdir() if p.suffix in (".yml", ".yaml"))
-    for f in files:
-        data = _read_yaml(f)
-        if data is None:
-            continue
-        if not isinstance(data, dict):
-            raise InventoryError(f"{f}: group variables must be a mapping")
-        merged.update(data)
-    return merged
+class Inventory:
+    """An inventory as ansible-core loaded it: hosts, their variables, and how to reach them."""
+
+    def __init__(self, source: InventorySource) -> None:
+        self.source = source
+        self.path = source.path
+        self._load()
+
+    def _load(self) -> None:
+        from ansible.errors import AnsibleError
+        from ansible.inventory.manager import InventoryManager
+        from ansible.parsing.dataloader import DataLoader
+        from ansible.vars.manager import VariableManager
+
+        for p in self.source.paths:
+            if not p.exists():
+                raise InventoryError(f"{p}: inventory not found (pass -i with an inventory directory or file)")
+        self._loader = DataLoader()
+        try:
+            self._setup_vault()
+            with _captured_ansible_warnings() as problems:
+                self._manager = InventoryManager(loader=self._loader, sources=[str(p) for p in self.source.paths])
+            parsed = [Path(p).resolve() for p in self._manager._inventory.processed_sources if p]
+            for p in self.source.paths:
+                if not any(q == p.resolve() or p.resolve() in q.parents for q in parsed):
+                    why = _parse_failure(problems)
+                    raise InventoryError(f"{p}: not a usable inventory ({why or 'no inventory plugin read it'}); "
+                                         f"check it with: ansible-inventory -i {p} --list")
+            self._variables = VariableManager(loader=self._loader, inventory=self._manager)
+            self._variables._extra_vars = self._extra_vars()  # the one extra-vars hook ansible-core has
+        except AnsibleError as exc:
+            raise InventoryError(f"{self.source.describe()}: {_one_line(str(exc))}") from None
+        except UnicodeDecodeError as exc:
+            raise InventoryError(f"{self.source.describe()}: a file is not UTF-8 ({exc.reason}); "
+                                 "save it as UTF-8") from None
+        self.host_names: list[str] = [h.name for h in self._manager.get_hosts("all")]
+        self._raw: dict[str, dict[str, Any]] = {}
+        self._templated: dict[tuple[str, str], object] = {}
+
+    def _setup_vault(self) -> None:
+        from ansible.cli import CLI
+
+        secrets = CLI.setup_vault_secrets(self._loader, vault_ids=list(self.source.vault_ids),
+                                          vault_password_files=list(self.source.vault_password_files),
+                                          ask_vault_pass=False, auto_prompt=False, initialize_context=False)
+        self._loader.set_vault_secrets(secrets)
+
+    def _extra_vars(self) -> dict[str, Any]:
+        """`-e` values, parsed like ansible-playbook does: @file, YAML/JSON, or key=value pairs."""
+        from ansible.parsing.splitter import parse_kv
+        from ansible.utils.vars import combine_vars
+
+        out: dict[str, Any] = {}
+        for text in self.source.extra_vars:
+            if not text:
+                continue
+            if text.startswith("@"):
+                data = self._loader.load_from_file(text[1:])
+            elif text[0] in "[{":
+                data = self._loader.load(text)
+            else:
+                data = parse_kv(text)
+            if not isinstance(data, Mapping):
+                raise InventoryError(f"-e {text!r}: extra vars must be a mapping (key=value, a YAML/JSON object or "
+                                     "@file)")
+            out = combine_vars(out, data)
+        return out
+
+    # ----- variables ----------------------------------------------------------------------------
+    def raw_vars(self, host: str) -> dict[str, Any]:
+        """Every inventory variable of `host` (all groups, host_vars, extra vars), untemplated."""
+        if host not in self._raw:
+            h = self._manager.get_host(host)
+            if h is None:
+                raise InventoryError(f"{self.source.describe()}: no host {host!r} (hosts: "
+                                     f"{', '.join(self.host_names) or '(none)'})")
+            self._raw[host] = self._variables.get_vars(host=h, include_hostvars=False)
+        return self._raw[host]
+
+    def var(self, host: str, name: str, default: object = None) -> object:
+        """One variable of `host`, templated the way a play would see it, as plain Python data."""
+        key = (host, name)
+        if key not in self._templated:
+            from ansible.errors import AnsibleError
+            from ansible.template import Templar
+
+            raw = self.raw_vars(host)
+            if name not in raw:
+                return default
+            try:
+                value = Templar(loader=self._loader, variables=raw).template(raw[name])
+            except AnsibleError as exc:
+                raise InventoryError(f"{self.source.describe()}: host {host}: cannot template {name}: "
+                                     f"{_one_line(str(exc))}") from None
+            self._templated[key] = _plain(value)
+        return self._templated[key]
+
+    @property
+    def hosts(self) -> dict[str, str]:
+        """Host name -> address (`ansible_host`, else the name), in inventory order."""
+        return {h: str(self.var(h, "ansible_host") or h) for h in self.host_names}
+
+    def shared_var(self, name: str) -> object:
+        """A variable every host must agree on (the cluster model, the sim settings); None when no host has it.
+
+        A play plans per host; if hosts saw different values they would plan different clusters, so that is
+        refused, naming a host that differs.
+        """
+        values = {h: self.var(h, name) for h in self.host_names}
+        defined = {h: v for h, v in values.items() if v is not None}
+        if not defined:
+            return None
+        first_host, first = next(iter(defined.items()))
+        for h, v in values.items():
+            if v != first:
+                raise InventoryError(f"{self.source.describe()}: {name} differs between hosts {first_host} and {h}; "
+                                     f"define it once for the whole inventory (group_vars/all)")
+        return first
+
+    @property
+    def variables(self) -> dict[str, object]:
+        """The inventory-wide variables pdfleet reads (`pdfleet_cluster`, `pdfleet_sim`), where defined."""
+        out: dict[str, object] = {}
+        for name in (ROOT_VARIABLE, "pdfleet_sim"):
+            value = self.shared_var(name)
+            if value is not None:
+                out[name] = value
+        return out
+
+    # ----- connection ---------------------------------------------------------------------------
+    def connection(self, host: str) -> HostConnection:
+        """How to reach `host`: Ansible's connection variables, with ansible.cfg's defaults."""
+        from ansible import constants as C
+
+        def get(name: str) -> str | None:
+            value = self.var(host, name)
+            return None if value in (None, "") else str(value)
+
+        port = get("ansible_port") or get("ansible_ssh_port")
+        try:
+            port_number = int(port) if port else None
+        except ValueError:
+            raise InventoryError(f"{self.source.describe()}: host {host}: ansible_port {port!r} is not a "
+                                 "number") from None
+        user = get("ansible_user") or get("ansible_ssh_user") or (C.DEFAULT_REMOTE_USER or None)
+        key = get("ansible_ssh_private_key_file") or get("ansible_private_key_file") or (C.DEFAULT_PRIVATE_KEY_FILE
+                                                                                          or None)
+        args: list[str] = []
+        for name in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+            text = get(name)
+            if text:
+                args += shlex.split(text)
+        return HostConnection(name=host, address=self.hosts[host], port=port_number, user=user,
+                              key_file=str(key) if key else None, ssh_args=tuple(args))
 
 
-def load_inventory(path: str | Path) -> Inventory:
-    """Load hosts and `all` variables; raise InventoryError naming the file on any problem."""
-    path = Path(path)
-    if not path.exists():
-        raise InventoryError(f"{path}: inventory not found (pass -i with an inventory directory or file)")
-    inv_file = _find_inventory_file(path)
-    data = _read_yaml(inv_file)
-    if not isinstance(data, dict) or "all" not in data:
-        raise InventoryError(f"{inv_file}: a YAML inventory must start with an 'all' group")
-    host_vars: dict[str, dict[str, object]] = {}
-    _walk_group(data["all"], inv_file, host_vars)
-    variables: dict[str, object] = dict((data["all"] or {}).get("vars") or {})
-    variables.update(_group_vars(inv_file.parent))
-    hosts = {name: str(hv.get("ansible_host", name)) for name, hv in host_vars.items()}
-    return Inventory(path=path, hosts=hosts, variables=variables, host_vars=host_vars)
+def load_inventory(source: InventorySource | str | Path | Sequence[str | Path]) -> Inventory:
+    """Load an inventory with ansible-core; raise InventoryError naming the file on any problem."""
+    return Inventory(InventorySource.of(source))
+
+
+def add_inventory_arguments(parser: argparse.ArgumentParser, default_help: str = "") -> None:
+    """The inventory flags of every `pdfleet` command: the same as ansible-playbook's."""
+    g = parser.add_argument_group("inventory (as for ansible-playbook)")
+    g.add_argument("-i", "--inventory", type=Path, action="append", default=None,
+                   help=default_help or f"inventory directory or file, repeatable (default: {DEFAULT_INVENTORY.name})")
+    g.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VARS",
+                   help="extra variables: key=value, YAML/JSON, or @file (repeatable)")
+    g.add_argument("--vault-password-file", action="append", default=[], metavar="FILE",
+                   help="vault password file (repeatable; ANSIBLE_VAULT_PASSWORD_FILE works too)")
+    g.add_argument("--vault-id", action="append", default=[], metavar="ID", help="vault identity (repeatable)")
+
+
+def source_from_args(args: argparse.Namespace) -> InventorySource:
+    """The InventorySource the parsed inventory flags describe (default: the simulated cluster)."""
+    paths = tuple(args.inventory or ()) or (DEFAULT_INVENTORY,)
+    return InventorySource(paths, tuple(args.extra_vars), tuple(args.vault_password_file), tuple(args.vault_id))

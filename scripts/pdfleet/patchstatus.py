@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from pdfleet import patches
-from pdfleet.cluster import plan_inventory
-from pdfleet.inventory import load_inventory
+from pdfleet.cluster import plan_of
+from pdfleet.inventory import add_inventory_arguments, load_inventory, source_from_args
 from pdfleet.patchcli import patch_subcommands
-from pdfleet.paths import DEFAULT_INVENTORY
 from pdfleet.remote import RemoteError, connection_for, run
 from pdfleet.table import format_table
 
@@ -25,7 +23,7 @@ RECORD_NAME = "pdfleet-record.json"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = patch_subcommands(subparsers).add_parser("status", help="each worker host's installed SGLang and patch")
-    p.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY, help="inventory (default: sim)")
+    add_inventory_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_status)
 
@@ -47,8 +45,8 @@ def host_status(record: dict, found_sha: str, want_version: str, want_patched: b
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    plan = plan_inventory(args.inventory)
-    inventory = load_inventory(args.inventory)
+    inventory = load_inventory(source_from_args(args))
+    plan = plan_of(inventory)
     version, patched = str(plan.sglang["version"]), bool(plan.sglang["apply_patch"])
     rows, out, worst = [], [], 0
     for host, units in plan.hosts.items():

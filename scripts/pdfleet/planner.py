@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 from pdfleet.errors import PlanError, Problem
 from pdfleet.model import ClusterModel, InstanceSpec, parse_cluster
-from pdfleet.versions import CUDA_DRIVER_FLOORS, SUPPORTED_LOG_LEVELS, version_tuple
+from pdfleet.versions import CUDA_DRIVER_FLOORS, SUPPORTED_LOG_LEVELS, UCX_TLS_ALIASES, version_tuple
 
 PD_PROFILES = ("pd-4p4d", "pd-multinode")
 _ENV_REF = re.compile(r"\$\{[A-Z][A-Z0-9_]*\}")  # left for systemd to expand from an EnvironmentFile
@@ -38,6 +38,13 @@ class Unit:
     after: list[str] = field(default_factory=list)
     timeout_stop_s: int = 30
     url: str = ""
+    # First-class facts about a worker, so provisioning, conformance and verification read fields instead of
+    # parsing argv or environment strings (the same values are in exec_start/environment for SGLang).
+    tp: int = 0
+    dp: int = 0
+    ucx_tls: list[str] = field(default_factory=list)  # UCX_TLS words, in order (PD workers only)
+    ucx_net_devices: list[str] = field(default_factory=list)
+    required_transports: list[str] = field(default_factory=list)  # what `ucx_info -d` must list on this host
 
     @property
     def exec_start_line(self) -> str:
@@ -289,6 +296,19 @@ def _check_cuda(c: ClusterModel) -> list[Problem]:
     return out
 
 
+def _required_transports(c: ClusterModel, host: str) -> list[str]:
+    """Transports `ucx_info -d` must list on `host`: the concrete UCX_TLS words (no aliases, no exclusions), plus
+    cuda_ipc where a prefill and a decode share the host (the KV cache moves GPU to GPU over CUDA IPC)."""
+    roles = {i.role for i in c.instances if i.host == host}
+    if not roles & {"prefill", "decode"}:
+        return []
+    words = [w.strip() for w in c.nixl.ucx_tls.split(",")]
+    out = [w for w in words if w and not w.startswith("^") and w not in UCX_TLS_ALIASES]
+    if roles >= {"prefill", "decode"} and "cuda_ipc" not in out:
+        out.append("cuda_ipc")
+    return out
+
+
 def _plan(c: ClusterModel, inventory_hosts: Mapping[str, str]) -> Plan:
     hosts: dict[str, list[Unit]] = {name: [] for name in inventory_hosts}
     workers = [_worker_unit(c, inst, inventory_hosts[inst.host]) for inst in c.instances]
@@ -338,7 +358,11 @@ def _worker_unit(c: ClusterModel, inst: InstanceSpec, address: str) -> Unit:
         address=address, description=f"pdfleet SGLang {role_word} server {inst.name} (TP{inst.tp}, GPUs {gpus})",
         exec_start=argv, environment=env, gpus=list(inst.gpus), cuda_visible_devices=gpus,
         ports=_instance_ports(inst), timeout_stop_s=c.router.drain_timeout_s + 60,
-        url=f"http://{address}:{inst.port}",
+        url=f"http://{address}:{inst.port}", tp=inst.tp, dp=inst.dp,
+        ucx_tls=[w.strip() for w in c.nixl.ucx_tls.split(",") if w.strip()] if inst.role != "mono" else [],
+        ucx_net_devices=[d.strip() for d in c.nixl.ucx_net_devices.split(",") if d.strip()]
+        if inst.role != "mono" else [],
+        required_transports=_required_transports(c, inst.host),
     )
 
 

@@ -9,6 +9,10 @@ CUDA_DRIVER_FLOORS: dict[str, tuple[int, ...]] = {
     "13.0": (580, 65, 6),
 }
 
+# UCX_TLS words that name groups or aliases rather than one transport `ucx_info -d` lists.
+UCX_TLS_ALIASES = frozenset({"all", "sm", "shm", "mm", "cuda", "rocm", "ib", "rc", "ud", "dc", "rc_x", "ud_x", "dc_x",
+                             "rc_v", "ud_v", "ugni"})
+
 # SGLang's --log-level choices; "debug" shows the scheduler's abort lines, "info" the disconnects.
 SUPPORTED_LOG_LEVELS = ("debug", "info", "warning", "error")
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import pytest
 import testinfra
-from pdfleet.conformance import Expectations, Target, load
+from pdfleet.conformance import Expectations, Target, load, source_from_option
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("pdfleet conformance")
-    group.addoption("--inventory", default=None, help="the inventory whose hosts the suite checks")
+    group.addoption("--inventory", default=None, help="the inventory whose hosts the suite checks (a path, or the "
+                    "JSON inventory source `pdfleet conformance` passes: paths, extra vars, vault)")
     group.addoption("--conformance-ssh-config", default=None,
                     help="ssh_config for reaching the hosts (default: the inventory's -F, or the sim's)")
 
@@ -26,7 +27,7 @@ def _expectations(config: pytest.Config) -> Expectations | None:
         return None
     cached = getattr(config, "_pdfleet_conformance", None)
     if cached is None:
-        cached = load(inventory, config.getoption("--conformance-ssh-config", default=None))
+        cached = load(source_from_option(inventory), config.getoption("--conformance-ssh-config", default=None))
         config._pdfleet_conformance = cached  # type: ignore[attr-defined]
     return cached
 
@@ -64,6 +65,7 @@ def node(target: Target) -> testinfra.host.Host:
     """The target's testinfra host over the ssh:// backend (one connection per host per session)."""
     if target.name not in _HOSTS:
         kwargs = {"ssh_config": target.ssh_config} if target.ssh_config else {}
+        # testinfra's ssh backend takes -F and -i; other SSH options must be in that ssh_config.
         if target.identity:
             kwargs["ssh_identity_file"] = target.identity
         _HOSTS[target.name] = testinfra.get_host(target.url, **kwargs)

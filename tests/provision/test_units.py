@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import copy
 import subprocess
 from pathlib import Path
 
 import pytest
 from pdfleet import conformance as c
+from pdfleet.cluster import plan_inventory, supported_patches
+from pdfleet.inventory import load_inventory
 from pdfleet.model import HostSpec
-from pdfleet.planner import Unit
+from pdfleet.planner import build_plan
 from pdfleet.sim import aptrepo
 
 ROLE_VARS = Path(__file__).resolve().parents[2] / "ansible/roles/nvidia_driver/vars/Debian.yml"
+EXAMPLES = Path(__file__).resolve().parents[2] / "inventory" / "examples"
 
 
 def test_every_stand_in_is_marked() -> None:
@@ -60,13 +64,21 @@ def test_holds_and_versions() -> None:
         "h: package nvidia-modprobe is at 590.48.01-1, not the pinned 580.95.05"]
 
 
-def _unit(role: str, tls: str) -> Unit:
-    return Unit(name=f"pdfleet-{role}", kind="worker", role=role, instance=role, host="h", address="a",
-                description="", exec_start=[], environment={"UCX_TLS": tls})
-
-
-def test_single_host_pd_needs_cuda_ipc() -> None:
-    tls, devices = c.required_transports([_unit("prefill", "tcp,sm"), _unit("decode", "tcp,^cma")])
+def test_required_transports_are_planned_fields() -> None:
+    # single-host PD: concrete UCX_TLS words (no aliases like sm, no exclusions) plus cuda_ipc
+    inv = load_inventory(EXAMPLES / "pd-4p4d")
+    cluster = copy.deepcopy(inv.shared_var("pdfleet_cluster"))
+    cluster["nixl"]["ucx_tls"] = "tcp,sm,^cma"
+    plan = build_plan(cluster, inv.hosts, supported_patches())
+    tls, devices = c.required_transports(plan.hosts["gpu01"])
     assert tls == {"tcp", "cuda_ipc"} and devices == set()
-    assert c.required_transports([_unit("prefill", "tcp")])[0] == {"tcp"}
+    # prefill and decode on different hosts: no cuda_ipc; the RDMA device is required
+    multi = plan_inventory(EXAMPLES / "pd-multinode")
+    tls, devices = c.required_transports(multi.hosts["gpu-decode01"])
+    assert tls == {"cuda_copy", "tcp"} and devices == {"mlx5_0:1"}
+    # no PD worker, no UCX needs
+    assert c.required_transports(plan_inventory(EXAMPLES / "mono-tp8").hosts["gpu01"]) == (set(), set())
+
+
+def test_nvcc_release() -> None:
     assert c.nvcc_release("Cuda compilation tools, release 13.0, V13.0.2") == "13.0"

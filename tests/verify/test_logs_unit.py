@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pdfleet.paths import REPO_ROOT
-from pdfleet.verify.logs import FileLogs, JournalDirLogs, journal_command, logs_check, ssh_params
+from pdfleet.verify.logs import FileLogs, JournalDirLogs, journal_command, logs_check
 from pdfleet.verify.settings import Settings
 from pdfleet.verify.targets import Worker
 
@@ -80,12 +79,9 @@ def test_journal_dir_layouts(tmp_path: Path) -> None:
     assert JournalDirLogs(tmp_path).read(w) == "x\n"
 
 
-def test_journal_command_and_ssh_params_of_the_sim_inventory() -> None:
+def test_journal_command() -> None:
     assert journal_command("pdfleet-prefill0", 1700000000.7) == \
         "journalctl -u pdfleet-prefill0 --since @1700000000 -o cat --no-pager"
-    p = ssh_params(REPO_ROOT / "inventory" / "sim", "node1")
-    assert p == {"address": "10.77.0.11", "user": "root", "key_file": "/var/lib/pdfleet-sim/id_ed25519",
-                 "ssh_config": "/var/lib/pdfleet-sim/ssh_config"}
 
 
 def test_mono_cluster_needs_no_transfer_aborts(tmp_path: Path) -> None:

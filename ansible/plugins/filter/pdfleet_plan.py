@@ -1,6 +1,8 @@
 """Ansible filter `pdfleet_plan`: the pdfleet planner, so Ansible never recomputes the GPU split itself.
 
     pdfleet_plan: "{{ pdfleet_cluster | pdfleet_plan(hostvars, groups['all']) }}"
+
+It returns the plan document of `pdfleet.plandoc` (the same document `pdfleet plan --json` prints).
 """
 
 from __future__ import annotations
@@ -12,10 +14,8 @@ from ansible.errors import AnsibleFilterError
 try:
     from pdfleet.cluster import supported_patches
     from pdfleet.errors import PlanError
-    from pdfleet.paths import REPO_ROOT, TEMPLATE_DIR
+    from pdfleet.plandoc import plan_document
     from pdfleet.planner import build_plan
-    from pdfleet.render import unit_context
-    from pdfleet.runtime import OVERLAY_REQUIREMENTS
 except ImportError as exc:  # pragma: no cover - depends on how ansible-playbook was started
     _IMPORT_ERROR: ImportError | None = exc
 else:
@@ -34,17 +34,7 @@ def pdfleet_plan(cluster: object, hostvars: Mapping[str, Mapping[str, object]], 
         plan = build_plan(cluster, addresses, supported_patches(), source="pdfleet_cluster")
     except PlanError as exc:
         raise AnsibleFilterError(f"preflight failed: {exc}") from None
-    out = plan.to_dict()
-    # What each host's templates see, so the role renders exactly what `pdfleet render` previews.
-    out["contexts"] = {
-        host: [{k: v for k, v in unit_context(u, plan).items() if k != "ansible_managed"} for u in units]
-        for host, units in plan.hosts.items()
-    }
-    out["paths"] = {"repo": str(REPO_ROOT), "templates": str(TEMPLATE_DIR),
-                    "package": str(REPO_ROOT / "scripts" / "pdfleet")}
-    # The version-specific requirements the simulated hosts install on top of their CPU runtime.
-    out["sim_packages"] = list(OVERLAY_REQUIREMENTS.get(plan.sglang["version"], ()))
-    return out
+    return plan_document(plan)
 
 
 class FilterModule:

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from pdfleet.errors import PdfleetError
+from pdfleet.inventory import add_inventory_arguments, source_from_args
 from pdfleet.paths import DEFAULT_INVENTORY
+from pdfleet.plandoc import read_plan_document
 from pdfleet.verify import targets
 from pdfleet.verify.logs import FileLogs, JournalDirLogs, LogSource, SSHJournalLogs
 from pdfleet.verify.protocol import resume_with_journals, run_protocol
@@ -51,9 +53,11 @@ def _non_negative(kind: type) -> Any:
 
 
 def _add_target_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("target (an inventory, or explicit URLs)")
-    g.add_argument("-i", "--inventory", type=Path, default=None,
-                   help=f"inventory to plan the target from (default: {DEFAULT_INVENTORY.name} when no --router)")
+    add_inventory_arguments(p, f"inventory to plan the target from, repeatable (default: {DEFAULT_INVENTORY.name} "
+                               "when neither --plan nor --router is given)")
+    g = p.add_argument_group("target (an inventory, a plan document, or explicit URLs)")
+    g.add_argument("--plan", type=Path, help="a plan document (pdfleet plan --json; the verification play writes the "
+                   "preflight's) instead of planning the inventory again")
     g.add_argument("--router", help="router URL (explicit mode, e.g. a LocalPD on 127.0.0.1)")
     g.add_argument("--prefill", action="append", default=[], help="prefill worker URL (repeatable)")
     g.add_argument("--decode", action="append", default=[], help="decode worker URL (repeatable)")
@@ -144,6 +148,14 @@ def settings_from_dict(data: dict[str, Any]) -> Settings:
 
 
 def build_target(args: argparse.Namespace) -> targets.Target:
+    if args.plan:
+        if args.router or args.prefill or args.decode:
+            raise VerifyUsageError("give either --plan FILE or --router/--prefill/--decode, not both")
+        target = targets.from_document(read_plan_document(args.plan),
+                                       source_from_args(args) if args.inventory else None)
+        if args.profile:
+            target.profile = args.profile
+        return target
     if args.router:
         if args.inventory:
             raise VerifyUsageError("give either -i INVENTORY or --router/--prefill/--decode, not both")
@@ -154,7 +166,7 @@ def build_target(args: argparse.Namespace) -> targets.Target:
                                  profile=args.profile or "explicit")
     if args.prefill or args.decode:
         raise VerifyUsageError("--prefill/--decode need --router")
-    target = targets.from_inventory(args.inventory or DEFAULT_INVENTORY)
+    target = targets.from_inventory(source_from_args(args))
     if args.profile:
         target.profile = args.profile
     return target
@@ -177,8 +189,8 @@ def build_log_source(args: argparse.Namespace, target: targets.Target) -> LogSou
         return FileLogs(files)
     if args.journal_dir:
         return JournalDirLogs(args.journal_dir)
-    if target.inventory and all(w.host for w in target.workers):
-        return SSHJournalLogs(Path(target.inventory))
+    if target.source is not None and all(w.host for w in target.workers):
+        return SSHJournalLogs(target.source)
     return None
 
 

@@ -6,9 +6,8 @@ Sources:
   file's size when it starts and reads only what was written after.
 * :class:`JournalDirLogs` — a directory of journal dumps collected by Ansible after the protocol
   (``<dir>/<host>/<unit>.log``, or ``<dir>/<unit>.log``), already limited to ``--since @<start>``.
-* :class:`SSHJournalLogs` — journald over SSH for standalone runs against an inventory (fabric, with the
-  inventory's ``ansible_host``/``ansible_user``/``ansible_ssh_private_key_file`` and the ``-F file`` of
-  ``ansible_ssh_common_args``): ``journalctl -u <unit> --since @<epoch> -o cat``.
+* :class:`SSHJournalLogs` — journald over SSH for standalone runs against an inventory (fabric, reaching each
+  host as ``pdfleet.inventory`` says): ``journalctl -u <unit> --since @<epoch> -o cat``.
 """
 
 from __future__ import annotations
@@ -19,9 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import jinja2
-
-from pdfleet.inventory import load_inventory
+from pdfleet.inventory import InventorySource, load_inventory
 from pdfleet.verify.result import INCONCLUSIVE, CheckResult
 from pdfleet.verify.settings import Settings
 from pdfleet.verify.signatures import LogScan, scan_text
@@ -82,9 +79,9 @@ class JournalDirLogs:
 
 @dataclass
 class SSHJournalLogs:
-    """journald of each worker's unit on its host, over SSH (fabric)."""
+    """journald of each worker's unit on its host, over SSH (fabric), reached as the inventory says."""
 
-    inventory: Path
+    inventory: InventorySource
     since_epoch: float = 0.0
     description: str = "journald over SSH"
     _connections: dict[str, Any] = field(default_factory=dict)
@@ -94,13 +91,9 @@ class SSHJournalLogs:
 
     def _connection(self, host: str) -> Any:
         if host not in self._connections:
-            from fabric import Config, Connection  # imported here: slow, and only this source needs it
+            from pdfleet.remote import fabric_connection
 
-            params = ssh_params(self.inventory, host)
-            config = Config(runtime_ssh_path=params["ssh_config"]) if params.get("ssh_config") else Config()
-            kwargs = {"key_filename": params["key_file"]} if params.get("key_file") else {}
-            self._connections[host] = Connection(params["address"], user=params.get("user"), config=config,
-                                                 connect_kwargs=kwargs, connect_timeout=15)
+            self._connections[host] = fabric_connection(load_inventory(self.inventory).connection(host), 15)
         return self._connections[host]
 
     def read(self, worker: Worker) -> str:
@@ -119,34 +112,6 @@ class SSHJournalLogs:
 
 def journal_command(unit: str, since_epoch: float) -> str:
     return (f"journalctl -u {shlex.quote(unit)} --since @{int(since_epoch)} -o cat --no-pager")
-
-
-def ssh_params(inventory: Path, host: str) -> dict[str, str]:
-    """Address, user, key file and ssh_config (-F) of one host, with the inventory's Jinja rendered."""
-    inv = load_inventory(inventory)
-    hvars: dict[str, Any] = {**inv.variables, **inv.host_vars.get(host, {})}
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)  # text, not HTML
-
-    def render(value: object) -> str:
-        text = str(value)
-        for _ in range(5):  # variables may refer to variables
-            if "{{" not in text:
-                break
-            text = env.from_string(text).render(hvars)
-        return text
-
-    out: dict[str, str] = {"address": render(hvars.get("ansible_host", host))}
-    if "ansible_user" in hvars:
-        out["user"] = render(hvars["ansible_user"])
-    if "ansible_ssh_private_key_file" in hvars:
-        out["key_file"] = render(hvars["ansible_ssh_private_key_file"])
-    args = shlex.split(render(hvars.get("ansible_ssh_common_args", "")))
-    for i, arg in enumerate(args):
-        if arg == "-F" and i + 1 < len(args):
-            out["ssh_config"] = args[i + 1]
-        elif arg.startswith("-F") and len(arg) > 2:
-            out["ssh_config"] = arg[2:]
-    return out
 
 
 def logs_check(workers: list[Worker], source: LogSource | None, s: Settings,

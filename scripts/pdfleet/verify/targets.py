@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from pdfleet.cluster import plan_inventory
-from pdfleet.planner import Plan, Unit
+from pdfleet.inventory import InventorySource
+from pdfleet.plandoc import plan_document
+from pdfleet.planner import Plan
 
 
 @dataclass(frozen=True)
@@ -30,8 +32,9 @@ class Target:
     model: str | None = None
     sglang_version: str | None = None
     profile: str = "explicit"
-    inventory: str | None = None
+    inventory: str | None = None  # the inventory sources, for the report
     plan: dict[str, Any] = field(default_factory=dict)
+    source: InventorySource | None = field(default=None, repr=False)  # how to reach the hosts (journals over SSH)
 
     @property
     def is_pd(self) -> bool:
@@ -43,29 +46,24 @@ class Target:
                 "plan": self.plan or None}
 
 
-def _flag(unit: Unit, flag: str) -> str | None:
-    argv = unit.exec_start
-    for i, arg in enumerate(argv[:-1]):
-        if arg == flag:
-            return argv[i + 1]
-    return None
+def from_document(doc: dict[str, Any], source: InventorySource | None = None) -> Target:
+    """The target a plan document describes (`pdfleet plan --json`, or the file the verification play writes)."""
+    workers = [Worker(u["name"], u["role"], u["url"], u["host"], int(u["tp"]) if u.get("tp") else None)
+               for units in doc["hosts"].values() for u in units if u["kind"] == "worker"]
+    model = doc["model"].get("served_name") or doc["model"].get("name")
+    return Target(router_url=str(doc["router_url"]), workers=workers, model=str(model) if model else None,
+                  sglang_version=str(doc["sglang"]["version"]), profile=str(doc["profile"]),
+                  inventory=source.describe() if source else None,
+                  plan={k: v for k, v in doc.items() if k != "contexts"}, source=source)
 
 
-def from_plan(plan: Plan, inventory: str | Path | None = None) -> Target:
-    workers = []
-    for u in plan.units():
-        if u.kind != "worker":
-            continue
-        tp = _flag(u, "--tp")
-        workers.append(Worker(u.name, u.role, u.url, u.host, int(tp) if tp else None))
-    model = plan.model.get("served_name") or plan.model.get("name")
-    return Target(router_url=plan.router_url, workers=workers, model=str(model) if model else None,
-                  sglang_version=str(plan.sglang["version"]), profile=plan.profile,
-                  inventory=str(inventory) if inventory else None, plan=plan.to_dict())
+def from_plan(plan: Plan, source: InventorySource | None = None) -> Target:
+    return from_document(plan_document(plan), source)
 
 
-def from_inventory(path: str | Path) -> Target:
-    return from_plan(plan_inventory(path), path)
+def from_inventory(source: InventorySource | str | Path) -> Target:
+    src = InventorySource.of(source)
+    return from_plan(plan_inventory(src), src)
 
 
 def from_urls(router: str, prefill: list[str], decode: list[str], mono: list[str] | None = None,

@@ -1,0 +1,56 @@
+"""The plan document: what `pdfleet plan --json` prints and what the `pdfleet_plan` Ansible filter returns.
+
+One document, one schema version, made by one function, so the CLI, the plays and the files handed between
+them (the verification play gives `pdfleet verify --plan FILE` the plan the preflight computed) never differ.
+Besides the plan itself (profile, versions, per-host units with their first-class fields) it carries what
+Ansible needs to render exactly what `pdfleet render` previews (`contexts`), where the bundle lives on the
+control machine (`paths`) and the simulated hosts' version-specific packages (`sim_packages`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pdfleet.errors import PdfleetError
+from pdfleet.paths import REPO_ROOT, TEMPLATE_DIR
+from pdfleet.planner import Plan
+from pdfleet.render import unit_context
+
+SCHEMA = "pdfleet-plan/1"
+
+
+class PlanDocumentError(PdfleetError):
+    """A plan file that is missing, unreadable or of another schema (exit 2)."""
+
+
+def plan_document(plan: Plan) -> dict[str, Any]:
+    """The plan as one JSON-able document (schema SCHEMA)."""
+    from pdfleet.runtime import OVERLAY_REQUIREMENTS
+
+    doc: dict[str, Any] = {"schema": SCHEMA, **plan.to_dict()}
+    doc["contexts"] = {
+        host: [{k: v for k, v in unit_context(u, plan).items() if k != "ansible_managed"} for u in units]
+        for host, units in plan.hosts.items()
+    }
+    doc["paths"] = {"repo": str(REPO_ROOT), "templates": str(TEMPLATE_DIR),
+                    "package": str(REPO_ROOT / "scripts" / "pdfleet")}
+    doc["sim_packages"] = list(OVERLAY_REQUIREMENTS.get(str(plan.sglang["version"]), ()))
+    # A JSON round trip, so the document is exactly what a file or the CLI would carry.
+    return json.loads(json.dumps(doc))
+
+
+def read_plan_document(path: Path) -> dict[str, Any]:
+    """A plan document from a file; refuses another schema with the way out."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise PlanDocumentError(f"{path}: cannot read the plan document ({e.strerror or e})") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise PlanDocumentError(f"{path}: not a JSON plan document ({e}); write one with pdfleet plan --json") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise PlanDocumentError(f"{path}: plan schema {found!r}, this pdfleet reads {SCHEMA!r}; regenerate it with "
+                                "this version's pdfleet plan --json (or site.yml's preflight)")
+    return doc
