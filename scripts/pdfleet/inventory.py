@@ -240,7 +240,16 @@ class Inventory:
             if h is None:
                 raise InventoryError(f"{self.source.describe()}: no host {host!r} (hosts: "
                                      f"{', '.join(self.host_names) or '(none)'})")
-            self._raw[host] = self._variables.get_vars(host=h, include_hostvars=False)
+            from ansible.errors import AnsibleError
+
+            try:
+                self._raw[host] = self._variables.get_vars(host=h, include_hostvars=False)
+            except AnsibleError as exc:
+                text = _one_line(str(exc))
+                fix = (" (pass --vault-password-file FILE or --vault-id, or set ANSIBLE_VAULT_PASSWORD_FILE, as for "
+                       "ansible-playbook)") if "vault" in text.lower() else ""
+                raise InventoryError(f"{self.source.describe()}: host {host}: cannot read its variables: "
+                                     f"{text}{fix}") from None
         return self._raw[host]
 
     def var(self, host: str, name: str, default: object = None) -> object:

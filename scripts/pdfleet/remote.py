@@ -32,6 +32,7 @@ def run(conn: HostConnection, command: str, timeout: float = 60) -> tuple[int, s
         with fabric_connection(conn) as c:
             result = c.run(command, hide=True, warn=True, timeout=timeout, in_stream=False)
     except Exception as exc:  # paramiko/socket errors come in many types
-        raise RemoteError(f"host {conn.name} ({conn.address}): {type(exc).__name__}: {exc}; check that it is up and "
+        where = f"{conn.address}:{conn.port}" if conn.port else conn.address
+        raise RemoteError(f"host {conn.name} ({where}): {type(exc).__name__}: {exc}; check that it is up and "
                           "that the inventory's SSH settings work (ansible -m ping)") from None
     return int(result.exited), str(result.stdout), str(result.stderr)
