@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pdfleet import modelmanifest as mm
+from pdfleet import weights as mm
 from pdfleet.paths import REPO_ROOT
 
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO_ROOT / ".venv")) / "bin"
@@ -123,7 +123,7 @@ def test_mirror_without_manifest_fails_clearly(tmp_path: Path) -> None:
     (bare / "x.bin").write_bytes(b"x")
     rc, _, out = run_role(tmp_path / "M", model_source="mirror", model_mirror_path=str(bare))
     assert rc != 0
-    assert "no model manifest" in out and "modelmanifest build" in out
+    assert "no model manifest" in out and "pdfleet.weights build" in out
 
 
 def test_mirror_without_path_fails_clearly(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The model manifest: every file of a staged model with its relative path, size and sha256.
+"""Model weights manifest (`pdfleet.weights`): every file of a staged model with its relative path, size and sha256.
 
 `build DIR` writes DIR/pdfleet-model-manifest.json for a mirror (run once, where the mirror lives);
 `check DIR` verifies a copy against it: sizes always (cheap, what the `model` role uses to decide whether to
@@ -126,7 +126,7 @@ def load(manifest: Path) -> list[ManifestFile]:
         doc = json.loads(manifest.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ManifestError(
-            f"no manifest at {manifest} (fix: run `python -m pdfleet.modelmanifest build DIR` on the mirror)"
+            f"no manifest at {manifest} (fix: run `python -m pdfleet.weights build DIR` on the mirror)"
         ) from exc
     except (OSError, json.JSONDecodeError) as exc:
         raise ManifestError(f"cannot read manifest {manifest}: {exc}") from exc
@@ -172,7 +172,7 @@ def _stderr(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pdfleet.modelmanifest", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m pdfleet.weights", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_build = sub.add_parser("build", help=f"write DIR/{MANIFEST_NAME}")
     p_build.add_argument("directory", type=Path)

@@ -1,4 +1,4 @@
-"""Unit tests of pdfleet.modelmanifest: build, check, and the damage check must catch."""
+"""Unit tests of pdfleet.weights: build, check, and the damage check must catch."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from pdfleet import modelmanifest as mm
+from pdfleet import weights as mm
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_check_against_a_separate_manifest(mirror: Path, tmp_path: Path) -> None
 
 def test_no_manifest_is_exit_2(mirror: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert mm.main(["check", str(mirror)]) == 2
-    assert "modelmanifest build" in capsys.readouterr().err
+    assert "pdfleet.weights build" in capsys.readouterr().err
 
 
 def test_not_a_directory_is_exit_2(tmp_path: Path) -> None:
