@@ -82,29 +82,6 @@ class HostConnection:
         args = list(self.ssh_args)
         return args[args.index("-F") + 1] if "-F" in args[:-1] else None
 
-    @property
-    def ssh_options(self) -> dict[str, str]:
-        """`-o Key=Value` options among the SSH arguments."""
-        out: dict[str, str] = {}
-        args = list(self.ssh_args)
-        for i, arg in enumerate(args[:-1]):
-            if arg == "-o" and "=" in args[i + 1]:
-                key, _, value = args[i + 1].partition("=")
-                out[key] = value
-        return out
-
-    def ssh_command(self, command: str | None = None) -> list[str]:
-        """An `ssh` argv that reaches the host (for subprocess), optionally running `command`."""
-        argv = ["ssh", *self.ssh_args, "-o", "BatchMode=yes"]
-        if self.port:
-            argv += ["-p", str(self.port)]
-        if self.key_file:
-            argv += ["-i", self.key_file]
-        argv.append(f"{self.user}@{self.address}" if self.user else self.address)
-        if command is not None:
-            argv.append(command)
-        return argv
-
     def testinfra_url(self) -> str:
         user = f"{self.user}@" if self.user else ""
         port = f":{self.port}" if self.port else ""
