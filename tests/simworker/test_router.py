@@ -67,18 +67,21 @@ def test_router_propagates_disconnect_before_first_token(
         assert "Aborted by AbortReq." in pd.log_text("decode")
 
 
-def test_smg_keeps_a_pending_stream_after_the_client_left(
+def test_smg_propagates_disconnect_before_first_token(
     sim_python: str, slow_prefill_env: dict[str, str], smg_router: RouterSpec, tmp_path: Path
 ) -> None:
-    """Characterises smg 1.13.0, the reason pdfleet does not deploy it (yet).
+    """smg 1.13.0 passes on a PD stream's disconnect before its first token too.
 
-    smg relays a PD stream through a bounded channel and only notices that the client left when it
-    forwards the next chunk: a stream dropped before its first token keeps running on both workers,
-    so a killed agent never produces the decode-side aborts (and ABORT frames) of the incident. If
-    this starts failing, smg propagates disconnects now: reconsider the router choice.
+    This test used to show the opposite: smg relays a stream through a bounded channel and notices that the
+    client left only when it forwards the next chunk, and the stand-in sent its stream header at once, so smg
+    held both upstream connections until the first token. SGLang's OpenAI handlers send nothing before the
+    first chunk (serving_chat.py kick-starts the generator; see pdfleet.simworker.waitloop), so the router is
+    still waiting for the workers' answers when its client leaves, and smg drops them like sglang-router.
     """
     with LocalPD([sim_python], tmp_path, slow_prefill_env, smg_router) as pd:
         open_and_drop(pd.router_url, "/v1/chat/completions", chat_body(pd.model, "x" * 4000, 20, True), 1.0)
-        wait_until(lambda: stage_counts(pd.decode_url).get("running") == 1, 15, "the dropped stream to decode")
-        assert _state(pd.decode_url)["counters"]["sglang:num_aborted_requests_total"] == 0
-        assert _state(pd.prefill_url)["counters"]["sglang:num_aborted_requests_total"] == 0
+        wait_until(lambda: _state(pd.decode_url)["counters"]["sglang:num_aborted_requests_total"] == 1, 10,
+                   "the decode worker to see the client's disconnect")
+        wait_until(lambda: _state(pd.prefill_url)["counters"]["sglang:num_aborted_requests_total"] == 1, 10,
+                   "the prefill worker to see the client's disconnect")
+        assert "Aborted by AbortReq." in pd.log_text("decode")

@@ -5,7 +5,8 @@ Environment (all optional): ``PDFLEET_SIM_PREFILL_MS_PER_TOKEN`` (0.05), ``PDFLE
 ``PDFLEET_SIM_ABORT_DELAY_S`` (2), ``PDFLEET_SIM_KV_BACKEND`` (``sglang`` | ``fake``),
 ``PDFLEET_SIM_CONN_FILE`` (a pristine or patched ``nixl/conn.py`` to run instead of the installed one),
 ``PDFLEET_SIM_LOCAL_IP``, and SGLang's own ``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT`` /
-``SGLANG_DISAGGREGATION_WAITING_TIMEOUT``.
+``SGLANG_DISAGGREGATION_WAITING_TIMEOUT`` / ``SGLANG_REQUEST_STATE_WAIT_TIMEOUT`` (4) /
+``SGLANG_FORCE_STREAM_INTERVAL`` (50).
 """
 
 from __future__ import annotations

@@ -22,6 +22,12 @@ DEFAULT_DECODE_TOKENS_PER_S = 40.0
 DEFAULT_MAX_TOKENS = 64
 # SGLang aborts a streaming request this long after the client went away (create_abort_task).
 DEFAULT_ABORT_DELAY_S = 2.0
+# How often SGLang's tokenizer manager wakes up, with no output, to ask whether the client is still there
+# (SGLANG_REQUEST_STATE_WAIT_TIMEOUT = EnvInt(4): srt/environ.py:799 in 0.5.15.post1, :1679 in 0.5.23).
+DEFAULT_REQUEST_STATE_WAIT_TIMEOUT_S = 4.0
+# A non-streaming request's partial output reaches the tokenizer every this many tokens
+# (SGLANG_FORCE_STREAM_INTERVAL = EnvInt(50): srt/environ.py:366 in 0.5.15.post1, :688 in 0.5.23).
+DEFAULT_FORCE_STREAM_INTERVAL = 50
 # Fixed cost of one prefill forward pass on top of the per-token cost.
 DEFAULT_PREFILL_OVERHEAD_MS = 2.0
 DEFAULT_MAX_RUNNING_REQUESTS = 128
@@ -52,6 +58,8 @@ class SimSettings:
     # SGLang's own timeouts (the same variable names SGLang reads); 0 disables.
     bootstrap_timeout_s: float = 0.0
     waiting_timeout_s: float = 300.0
+    request_state_wait_timeout_s: float = DEFAULT_REQUEST_STATE_WAIT_TIMEOUT_S
+    force_stream_interval: int = DEFAULT_FORCE_STREAM_INTERVAL
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> SimSettings:
@@ -86,6 +94,9 @@ class SimSettings:
             local_ip=env.get("PDFLEET_SIM_LOCAL_IP", ""),
             bootstrap_timeout_s=num("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 0.0),
             waiting_timeout_s=num("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300.0),
+            request_state_wait_timeout_s=num("SGLANG_REQUEST_STATE_WAIT_TIMEOUT",
+                                             DEFAULT_REQUEST_STATE_WAIT_TIMEOUT_S, 0.001),
+            force_stream_interval=int(num("SGLANG_FORCE_STREAM_INTERVAL", DEFAULT_FORCE_STREAM_INTERVAL, 1)),
         )
 
 

@@ -79,8 +79,11 @@ class RouterSpec:
                 extra: Sequence[str] = ()) -> list[str]:
         head = [str(self.executable), "launch"] if self.kind == "smg" else \
             [str(self.executable), "-m", "sglang_router.launch_router"]
+        # Both routers also bind a Prometheus exporter (default 29000): give each its own loopback port, or two
+        # test stacks on one machine collide and the second router panics at startup.
         return [*head, "--pd-disaggregation", "--prefill", prefill_url, str(bootstrap_port),
-                "--decode", decode_url, "--host", HOST, "--port", str(port), *extra]
+                "--decode", decode_url, "--host", HOST, "--port", str(port), "--prometheus-host", HOST,
+                "--prometheus-port", str(free_port()), *extra]
 
     @classmethod
     def find(cls, kind: str = "smg") -> RouterSpec | None:

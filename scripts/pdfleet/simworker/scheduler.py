@@ -103,6 +103,9 @@ class Scheduler:
         self._room_waiters: dict[int, tuple[frozenset[int], asyncio.Future[int]]] = {}
         self._poller: asyncio.Task[None] | None = None
         self._token_times: deque[float] = deque()
+        # Simulator-only (``/pdfleet/sim``): prefill forward passes run, so tests can tell a request that was
+        # dropped from the waiting queue (SGLang's "Abort queued request.") from one that was computed.
+        self.forward_passes = 0
 
     # ----- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -227,6 +230,7 @@ class Scheduler:
         req.stage = "waiting"
         async with self._forward_lock:
             req.stage = "running"
+            self.forward_passes += 1
             await asyncio.sleep(engine.prefill_seconds(req.plan.prompt_tokens, self.settings))
 
     async def _run_unified(self, req: Request) -> None:

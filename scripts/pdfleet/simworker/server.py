@@ -6,8 +6,20 @@ Routes: ``/health``, ``/health_generate``, ``/ready``, ``/get_server_info`` and 
 (with ``--enable-metrics``), and the simulator's own ``/pdfleet/sim``.
 
 ``/health`` never touches the KV path (as in SGLang, where the PD health probe uses a fake
-transfer backend): a wedged simulated prefill still answers 200. A client that goes away makes the
-request an ``AbortReq`` after ``PDFLEET_SIM_ABORT_DELAY_S`` (SGLang: 2 s), logged in SGLang's words.
+transfer backend): a wedged simulated prefill still answers 200.
+
+A client that goes away, as in SGLang (see :mod:`pdfleet.simworker.waitloop` for the real code):
+
+* before its response started (non-streaming, or an OpenAI stream before its first chunk: those send no
+  header until then, so a router in front still waits for them and drops its upstream connection when its own
+  client leaves): the tokenizer's wait loop notices at its next ``SGLANG_REQUEST_STATE_WAIT_TIMEOUT`` tick
+  (4 s) and aborts at once; a queued request is dropped without being computed;
+* after (a started stream; native ``/generate`` streams start at once): the stream stops and the
+  ``AbortReq`` follows after ``PDFLEET_SIM_ABORT_DELAY_S`` (SGLang's ``create_abort_task``: 2 s).
+
+Either way one ``[http_server] Client disconnected: ...`` line is logged when the worker notices (real SGLang
+logs it in these words for ``/generate`` streams; its other paths only count the abort), and
+``sglang:num_aborted_requests_total`` counts the aborts that reached a live request.
 """
 
 from __future__ import annotations
@@ -27,6 +39,7 @@ from pdfleet.simworker.args import SimSettings, WorkerArgs
 from pdfleet.simworker.kv import PrefillKV
 from pdfleet.simworker.metrics import Metrics
 from pdfleet.simworker.scheduler import Event, Request, Scheduler
+from pdfleet.simworker.waitloop import TYPE_STREAM_STARTED, WaitLoop
 
 logger = logging.getLogger("sglang.srt.entrypoints.http_server")
 
@@ -187,6 +200,7 @@ class SimServer:
             "kv_backend": self.settings.kv_backend,
             "kv_threads": {t.name: t.alive for t in self.kv.threads()} if self.kv is not None else {},
             "stages": dict(self.scheduler.stage_counts()),
+            "forward_passes": self.scheduler.forward_passes,
             "counters": dict(self.metrics.counters),
             "route_hits": dict(self.route_hits),
         })
@@ -201,10 +215,26 @@ class SimServer:
         return web.Response(status=200)
 
     # ----- generation ------------------------------------------------------------------------
-    def _client_gone(self, req: Request, exc: BaseException) -> None:
-        """The HTTP peer went away: log it and send the scheduler an AbortReq after the delay."""
-        logger.info("[http_server] Client disconnected: Request is disconnected from the client side. "
-                    "Abort request obj.rid=%r (%s)", req.rid, type(exc).__name__)
+    def _client_gone(self, req: Request, wait: WaitLoop, started: bool, exc: BaseException) -> None:
+        """The HTTP peer went away (aiohttp cancelled the handler, or a write failed)."""
+        if not started:
+            # Nothing was sent yet: the wait loop notices at its next tick, as SGLang's tokenizer does.
+            wait.peer_gone()
+            return
+        # A started stream: Starlette stops it now; create_abort_task sends the AbortReq after its sleep.
+        wait.stop()
+        self._wait_noticed(req, f"{TYPE_STREAM_STARTED}, {type(exc).__name__}")
+
+    def _wait_noticed(self, req: Request, kind: str) -> None:
+        """The worker noticed that the client left: abort now (the wait loop's tokenizer_manager.abort_request),
+        or after ``abort_delay_s`` once the stream had started (create_abort_task); logged in SGLang's words."""
+        later = kind.startswith(TYPE_STREAM_STARTED)
+        logger.info("[http_server] Client disconnected: Request is disconnected from the client side (%s). "
+                    "Abort request obj.rid=%r%s", kind, req.rid,
+                    f" in {self.settings.abort_delay_s:g}s" if later else "")
+        if not later:
+            self.scheduler.abort(req.rid)
+            return
         loop = asyncio.get_running_loop()
 
         def fire() -> None:
@@ -225,7 +255,8 @@ class SimServer:
             req = self._submit(plan)
         except (engine.RequestError, _HTTPError) as e:
             return _error(e)
-        return await self._respond(request, req, _GenerateFormat(req))
+        # SGLang's /generate returns its StreamingResponse at once: the header goes out before any token.
+        return await self._respond(request, req, _GenerateFormat(req), header_first=True)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -235,7 +266,7 @@ class SimServer:
         except (engine.RequestError, _HTTPError) as e:
             return _error(e)
         model = str(body.get("model") or self.args.served_model_name)
-        return await self._respond(request, req, _ChatFormat(req, model, "chat"))
+        return await self._respond(request, req, _ChatFormat(req, model, "chat"), header_first=False)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -250,19 +281,26 @@ class SimServer:
         except (engine.RequestError, _HTTPError) as e:
             return _error(e)
         model = str(body.get("model") or self.args.served_model_name)
-        return await self._respond(request, req, _ChatFormat(req, model, "text"))
+        return await self._respond(request, req, _ChatFormat(req, model, "text"), header_first=False)
 
-    async def _respond(self, request: web.Request, req: Request, fmt: _Format) -> web.StreamResponse:
+    async def _respond(self, request: web.Request, req: Request, fmt: _Format,
+                       header_first: bool) -> web.StreamResponse:
+        """``header_first``: a stream's header goes out before its first event (else with it, as SGLang's
+        OpenAI handlers, which kick-start the generator first)."""
+        wait = WaitLoop(req, req.plan.stream, self.settings.request_state_wait_timeout_s,
+                        self.settings.force_stream_interval, self._wait_noticed)
+        resp: web.StreamResponse | None = None
         try:
             if not req.plan.stream:
-                return await self._respond_whole(req, fmt)
-            return await self._respond_stream(request, req, fmt)
+                return await self._respond_whole(wait, fmt)
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+            return await self._respond_stream(request, resp, wait, fmt, header_first)
         except (asyncio.CancelledError, ConnectionResetError) as e:
-            self._client_gone(req, e)
+            self._client_gone(req, wait, resp is not None and resp.prepared, e)
             raise
 
-    async def _respond_whole(self, req: Request, fmt: _Format) -> web.Response:
-        async for ev in _events(req):
+    async def _respond_whole(self, wait: WaitLoop, fmt: _Format) -> web.Response:
+        async for ev in _events(wait):
             if ev.kind == "token":
                 fmt.add(ev)
             elif ev.kind == "error":
@@ -271,10 +309,11 @@ class SimServer:
                 return web.json_response(fmt.whole(ev.meta))
         return _error_json(500, "request ended without a result")
 
-    async def _respond_stream(self, request: web.Request, req: Request, fmt: _Format) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        async for ev in _events(req):
+    async def _respond_stream(self, request: web.Request, resp: web.StreamResponse, wait: WaitLoop, fmt: _Format,
+                              header_first: bool) -> web.StreamResponse:
+        if header_first:
+            await resp.prepare(request)
+        async for ev in _events(wait):
             if ev.kind == "token":
                 chunks = fmt.stream_token(ev)
             elif ev.kind == "error":
@@ -282,6 +321,8 @@ class SimServer:
                                      if ev.status == 400 else "internal_server_error", "code": ev.status}}]
             else:
                 chunks = fmt.stream_finish(ev.meta)
+            if not resp.prepared:
+                await resp.prepare(request)
             for chunk in chunks:
                 await resp.write(b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n")
             if ev.kind != "token":
@@ -319,9 +360,9 @@ def _error(e: Exception) -> web.Response:
     return _error_json(getattr(e, "status", 400), str(e))
 
 
-async def _events(req: Request) -> AsyncIterator[Event]:
+async def _events(wait: WaitLoop) -> AsyncIterator[Event]:
     while True:
-        ev = await req.out.get()
+        ev = await wait.outbox.get()
         yield ev
         if ev.kind != "token":
             return
