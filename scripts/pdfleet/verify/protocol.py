@@ -135,7 +135,7 @@ async def _bench(target: Target, model: str, s: Settings, report: Report, out: T
     except (RuntimeError, ValueError, OSError) as e:
         error = str(e)
     versions = {"sglang": target.sglang_version, "servers": report.server_versions}
-    return bench.bench_check(result, error, target.profile, s, versions, time.monotonic() - t0)
+    return bench.bench_check(result, error, target.baseline_key, s, versions, time.monotonic() - t0)
 
 
 def resume_with_journals(report: Report, journal_dir: Path, s: Settings, out: TextIO = sys.stderr) -> Report:
