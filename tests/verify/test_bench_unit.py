@@ -73,3 +73,4 @@ def test_fleet_baseline_key_counts_the_pairs() -> None:
     assert from_plan(plan_inventory(examples / "pd-4p4d")).baseline_key == "pd-4p4d"  # unchanged for one pair
     assert from_plan(plan_inventory(examples / "pd-fleet")).baseline_key == "pd-4p4d (3p+3d)"
     assert from_plan(plan_inventory(examples / "pd-multinode")).baseline_key == "pd-multinode (2p+1d)"
+
