@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from pdfleet.simworker.client import chat_body
-from pdfleet.simworker.launch import LocalPD, RouterSpec, http_get, http_json
+from pdfleet.simworker.launch import HOST, LocalPD, RouterSpec, http_get, http_json
 
 from .helpers import stage_counts, wait_until
 
@@ -108,6 +108,8 @@ def test_abort_cascade_through_router(version: str, flavour: str, router: Router
         # The prefill runs TP4: one real bootstrap thread per rank, each on its own socket.
         readers = [alive for name, alive in threads.items() if name.startswith("bootstrap_thread@tp")]
         assert len(readers) == 4, threads
+        route = f"http://{HOST}:{pd.bootstrap_port}/route?prefill_dp_rank=0&prefill_cp_rank=0&target_pp_rank=0"
+        assert len({http_json(f"{route}&target_tp_rank={r}")[1]["rank_port"] for r in range(4)}) == 4
         report = (f"{version} {flavour}: {first} first tokens before the kill, {aborted_pending} aborted with a "
                   f"pending transfer, probe status {status} in {probe_s:.2f}s, threads {threads}")
         print(report)
