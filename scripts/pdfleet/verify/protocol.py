@@ -113,7 +113,7 @@ async def run_protocol(target: Target, s: Settings, logs: LogSource | None, defe
             record(CheckResult("logs", DEFERRED, "deferred: resume with --resume REPORT --journal-dir DIR"))
         else:
             _say(out, f"logs: {logs.description if logs else 'no source'} since the protocol start")
-            record(logs_check(target.workers, logs, s, report.metric_deltas))
+            record(logs_check(target.workers, logs, s, report.metric_deltas, target.sglang_version))
     report.checks = [results[n] for n in CHECK_NAMES if n in results]
     wall = time.monotonic() - t0
     windows = s.window_s * s.cycles if "cascade" in results and results["cascade"].measured else 0.0
@@ -142,7 +142,8 @@ def resume_with_journals(report: Report, journal_dir: Path, s: Settings, out: Te
     """Finish a ``--defer-logs`` report: scan the journal dumps Ansible collected, recompute the verdict."""
     workers = [Worker(**w) for w in report.target.get("workers", [])]
     _say(out, f"logs: journal dumps in {journal_dir} for {len(workers)} workers")
-    report.replace(logs_check(workers, JournalDirLogs(journal_dir), s, report.metric_deltas))
+    report.replace(logs_check(workers, JournalDirLogs(journal_dir), s, report.metric_deltas,
+                                  report.target.get("sglang_version")))
     order = {n: i for i, n in enumerate(CHECK_NAMES)}
     report.checks.sort(key=lambda c: order.get(c.name, len(order)))
     return report
