@@ -5,7 +5,8 @@
     pdfleet verify -i INV --defer-logs --report R                     # Ansible: traffic now, logs later
     pdfleet verify --resume R --journal-dir DIR --report R            # … then the logs, and the verdict
 
-Exit codes: 0 pass, 1 a check failed, 2 could not run (unreachable, bad arguments) or inconclusive.
+Exit codes: 0 pass, 1 a check failed, 2 could not run (unreachable, bad arguments), inconclusive, or
+incomplete (the cascade or logs evidence was left out; ``--allow-incomplete`` accepts that).
 """
 
 from __future__ import annotations
@@ -117,6 +118,9 @@ def _add_check_args(p: argparse.ArgumentParser, d: Settings) -> None:
     g = p.add_argument_group("output")
     g.add_argument("--skip", action="append", default=[], choices=CHECK_NAMES, help="skip a check (repeatable)")
     g.add_argument("--report", type=Path, help="write the JSON verdict here")
+    g.add_argument("--allow-incomplete", action="store_true",
+                   help="accept a run without the cascade/logs evidence (0 cycles, --skip cascade|logs, "
+                        "--min-abort-events 0) instead of exiting 2 INCOMPLETE; the report says what is missing")
     g.add_argument("--json", action="store_true", help="print the JSON verdict instead of the table")
 
 
@@ -205,6 +209,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         s = settings_from_dict(report.settings)
         if args.allow_dropped_frames:
             s.allow_dropped_frames = True
+        if args.allow_incomplete:
+            s.allow_incomplete = True
+            report.settings["allow_incomplete"] = True
         return _finish(resume_with_journals(report, args.journal_dir, s), args)
     if args.defer_logs and (args.log_file or args.journal_dir):
         raise VerifyUsageError("--defer-logs reads no logs now; drop --log-file/--journal-dir")

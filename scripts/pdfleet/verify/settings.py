@@ -61,6 +61,9 @@ class Settings:
     tol_tpot: float = 0.15  # median TPOT may grow by at most 15 %
     # which checks to skip on purpose
     skip: tuple[str, ...] = ()
+    # a run without the evidence the protocol exists for (no cascade or logs check, 0 cycles, 0 aborts
+    # required) is INCOMPLETE (exit 2) unless this is set; the report then lists what is missing
+    allow_incomplete: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
