@@ -35,9 +35,14 @@ async def server_info(url: str, timeout_s: float) -> dict[str, Any]:
     for path in ("/server_info", "/get_server_info"):
         resp = await client.request(url + path, timeout_s=timeout_s)
         if resp.status == 200:
-            data = resp.json()
+            try:
+                data = resp.json()
+            except ValueError:
+                data = None
             if isinstance(data, dict):
                 return data
+            last = f"{path} answered 200 without a JSON object"
+            continue
         last = f"{path} answered {resp.status}"
     raise client.HTTPClientError(f"{url}: no server info ({last})")
 
@@ -98,7 +103,10 @@ def router_worker_urls(data: Any) -> set[str]:
 
 async def _router_listing(router: str, timeout_s: float) -> tuple[str, set[str]]:
     for path in ("/workers", "/get_loads", "/list_workers"):
-        resp = await client.request(router + path, timeout_s=timeout_s)
+        try:
+            resp = await client.request(router + path, timeout_s=timeout_s)
+        except (client.HTTPClientError, TimeoutError):
+            continue  # reported as "no worker listing" by the caller
         if resp.status == 200:
             try:
                 return path, router_worker_urls(resp.json())

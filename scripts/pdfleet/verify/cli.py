@@ -24,7 +24,7 @@ from pdfleet.paths import DEFAULT_INVENTORY
 from pdfleet.verify import targets
 from pdfleet.verify.logs import FileLogs, JournalDirLogs, LogSource, SSHJournalLogs
 from pdfleet.verify.protocol import resume_with_journals, run_protocol
-from pdfleet.verify.report import Report
+from pdfleet.verify.report import Report, writable_problem
 from pdfleet.verify.result import CHECK_NAMES
 from pdfleet.verify.settings import KILL_MODES, Settings
 
@@ -198,14 +198,32 @@ def _finish(report: Report, args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def _load_resume(path: Path) -> Report:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise VerifyUsageError(f"--resume {path}: {e}") from e
+    if not isinstance(data, dict):
+        raise VerifyUsageError(f"--resume {path}: holds a JSON {type(data).__name__}, not a pdfleet verify "
+                               "report (give the --report file of a --defer-logs run)")
+    try:
+        return Report.from_dict(data)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise VerifyUsageError(f"--resume {path}: not a complete pdfleet verify report ({type(e).__name__}: "
+                               f"{e})") from e
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
+    if args.report is not None:
+        problem = writable_problem(args.report)
+        if problem:  # refuse now: a report that cannot be written would lose the whole run at its end
+            raise VerifyUsageError(f"--report: {problem}")
     if args.resume:
         if not args.journal_dir:
             raise VerifyUsageError("--resume needs --journal-dir (the journal dumps to scan)")
-        try:
-            report = Report.from_dict(json.loads(args.resume.read_text()))
-        except (OSError, ValueError, KeyError) as e:
-            raise VerifyUsageError(f"--resume {args.resume}: {e}") from e
+        if not args.journal_dir.is_dir():
+            raise VerifyUsageError(f"--journal-dir {args.journal_dir}: no such directory")
+        report = _load_resume(args.resume)
         s = settings_from_dict(report.settings)
         if args.allow_dropped_frames:
             s.allow_dropped_frames = True

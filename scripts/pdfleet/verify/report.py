@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,6 +162,27 @@ class Report:
         lines.append(f"VERDICT: {self.verdict.upper()} (exit {self.exit_code})"
                      + (f" in {wall:.1f}s" if isinstance(wall, int | float) else ""))
         return "\n".join(lines)
+
+
+def writable_problem(path: Path) -> str | None:
+    """Why ``path`` cannot take a report (checked before any traffic), or None when it can.
+
+    Tried for real (make the folder, create and remove a probe file next to it): permission bits say
+    nothing for root, and a path under /proc or a read-only mount only fails when written.
+    """
+    if path.is_dir():
+        return f"{path} is a directory; give a file name (e.g. {path / 'verify.json'})"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe = path.with_name(f".{path.name}.{os.getpid()}.probe")
+        probe.write_text("")
+        probe.unlink()
+        if path.exists():
+            with path.open("a"):
+                pass
+    except OSError as e:
+        return f"cannot write {path} ({e.strerror or e}); pick another --report path"
+    return None
 
 
 def _versions(report: Report) -> dict[str, Any]:
