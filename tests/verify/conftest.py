@@ -50,6 +50,18 @@ def verify_local(pd: LocalPD, workdir: Path, *extra: str) -> VerifyRun:
     return VerifyRun(proc.returncode, data, proc.stdout, proc.stderr)
 
 
+def verify_defaults(pd: LocalPD, workdir: Path, *extra: str) -> VerifyRun:
+    """`pdfleet verify` against a LocalPD with every protocol setting at its default (2 x 60, 20 s windows)."""
+    report = workdir / "verify.json"
+    args = ["--router", pd.router_url, "--prefill", pd.prefill_url, "--decode", pd.decode_url,
+            "--log-file", f"prefill={pd.log_dir / 'prefill.log'}", "--log-file", f"decode={pd.log_dir / 'decode.log'}",
+            "--expect-model", pd.model, "--report", str(report),
+            "--baseline-file", str(workdir / "baselines.json"), *extra]
+    proc = run_verify(args, timeout=900)
+    data = json.loads(report.read_text()) if report.is_file() else {}
+    return VerifyRun(proc.returncode, data, proc.stdout, proc.stderr)
+
+
 def _router(kind: str) -> RouterSpec:
     spec = RouterSpec.find(kind)
     if spec is None:

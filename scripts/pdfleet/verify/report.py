@@ -70,6 +70,7 @@ class Report:
     timings: dict[str, Any] = field(default_factory=dict)
     metric_deltas: dict[str, dict[str, float]] = field(default_factory=dict)
     error: str | None = None  # why the protocol could not run, if it could not
+    baseline_note: str | None = None  # whether this run's benchmark was stored as the baseline
 
     @property
     def missing(self) -> list[str]:
@@ -113,6 +114,8 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         notes = [f"{c.name}: {c.summary}" for c in self.checks if c.status in (SKIPPED, NO_BASELINE)]
         missing = self.missing
+        if self.baseline_note:
+            notes.append(self.baseline_note)
         if missing and self.settings.get("allow_incomplete"):
             notes.append("INCOMPLETE evidence accepted (--allow-incomplete): " + "; ".join(missing))
         return {"schema": SCHEMA, "ok": self.verdict == "pass", "verdict": self.verdict,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,9 @@ class Settings:
     bench_tool: str = "pdfleet"  # or "sglang" (python -m sglang.bench_serving --dataset-name random-ids)
     bench_python: str = "python3"
     bench_tokenizer: str = ""
-    baseline_file: Path = field(default_factory=lambda: Path("reports/baselines.json"))
+    # where baselines live: keep this file under version control with the inventory (reports/ is not committed)
+    baseline_file: Path = field(default_factory=lambda: Path(os.environ.get("PDFLEET_BASELINE_FILE",
+                                                                            "reports/baselines.json")))
     save_baseline: bool = False
     tol_throughput: float = 0.10  # may drop by at most 10 %
     tol_ttft: float = 0.25  # median TTFT may grow by at most 25 %
