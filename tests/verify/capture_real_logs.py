@@ -6,7 +6,8 @@ Runs the real ``bootstrap_thread`` and ``transfer_worker`` of ``CONN_FILE`` (pri
 through :mod:`pdfleet.nixlcpu`, with the log format of our workers (``[time] message``, DEBUG for the conn
 module) and Python's own report of a dying thread, and writes everything they print to ``OUT_FILE``:
 
-1. a decode registers and bootstraps rooms 7 and 8; the decode sends ``ABORT`` for room 8;
+1. a decode registers and bootstraps rooms 7 and 8; the decode sends ``ABORT`` for room 8, then for room 99
+   (unknown to the prefill);
 2. the prefill scheduler's warning for room 8, formatted as ``disaggregation/prefill.py`` does
    (``Prefill transfer failed for request rank=… with exception <KVTransferError>``), with the real
    ``KVTransferError`` built from the failure reason the real handler recorded (nothing when none was);
@@ -58,6 +59,8 @@ def main(version: str, conn_file: str, out_file: str) -> int:
             logging.getLogger("sglang.srt.disaggregation.prefill").warning(
                 f"Prefill transfer failed for request rank=0 req.rid='capture-8' req.bootstrap_room=8 "
                 f"with exception {error}")
+        decode.send(nixlcpu.abort_frames(version, 99))  # a room the prefill never had: the "ignoring" branch
+        time.sleep(0.3)
         prefill.open_room(9)
         prefill.enqueue_chunk(9, last=True)
         time.sleep(0.5)

@@ -93,9 +93,14 @@ def runtime_env(rt: Any, patched: bool) -> dict[str, str]:
 
 @contextlib.contextmanager
 def local_pd(python: Sequence[str], env: Mapping[str, str], router: RouterSpec, log_dir: Path) -> Iterator[LocalPD]:
-    """A LocalPD whose router keeps its metrics listener on a free loopback port (never 0.0.0.0:29000)."""
+    """A LocalPD whose router keeps its metrics listener on a free loopback port (never 0.0.0.0:29000).
+
+    The workers log at debug: SGLang prints the prefill's handling of a decode's ABORT at debug level only
+    (see pdfleet.verify.signatures), and the logs check needs that evidence.
+    """
     args = ["--prometheus-port", str(free_port()), "--prometheus-host", "127.0.0.1"]
-    with LocalPD(list(python), log_dir, env, router, router_args=args) as pd:
+    with LocalPD(list(python), log_dir, env, router, router_args=args,
+                 worker_args=["--log-level", "debug", "--log-level-http", "info"]) as pd:
         yield pd
 
 

@@ -68,6 +68,16 @@ def test_pristine_wedges_and_verify_fails_at_defaults(runtime, router: RouterSpe
     with local_pd([str(runtime.python)], runtime_env(runtime, patched=False), router, tmp_path / "pd") as pd:
         run = verify_defaults(pd, tmp_path, "--expect-version", SGLANG_VERSION, "--expect-tp", "4")
         health = http_get(pd.prefill_url + "/health")[0]
+        # The same stack, wedged before the next run: that run names the death and its time (issue 11 item 3).
+        (tmp_path / "again").mkdir()
+        again = verify_local(pd, tmp_path / "again", "--liveness-deadline", "5", "--skip", "bench")
+    assert again.rc == 1, again.stdout + again.stderr
+    logs_again = again.check("logs")
+    assert logs_again["status"] == "fail" and "BEFORE the protocol" in logs_again["summary"]
+    assert logs_again["measured"]["thread_death_before_protocol"] >= 1
+    death = logs_again["measured"]["deaths"][0]
+    assert death["worker"] == "prefill" and death["time"][:4].isdigit(), death
+    assert death["time"] in logs_again["summary"]
     assert run.report["settings"]["cycles"] == 2 and run.report["settings"]["concurrency"] == 60
     assert run.report["settings"]["window_s"] == 20.0
     assert_wedge_found(run, health)
@@ -123,8 +133,19 @@ def test_light_stand_in(wedge: bool, light_python: str, router: RouterSpec, tmp_
     with local_pd([light_python], light_env(wedge), router, tmp_path / "pd") as pd:
         run = verify_local(pd, tmp_path, "--cycles", "1")
         health = http_get(pd.prefill_url + "/health")[0]
+        if not wedge:  # issue 11 acceptance: leaving the logs out is INCOMPLETE unless allowed
+            (tmp_path / "skip").mkdir()
+            skip = verify_local(pd, tmp_path / "skip", "--cycles", "1", "--skip", "logs", "--skip", "bench")
+            (tmp_path / "allow").mkdir()
+            allow = verify_local(pd, tmp_path / "allow", "--cycles", "1", "--skip", "logs", "--skip", "bench",
+                                 "--allow-incomplete")
     if wedge:
         assert_wedge_found(run, health)
     else:
         assert run.rc == 0, run.stdout + run.stderr
+        assert skip.rc == 2 and skip.report["verdict"] == "incomplete", skip.stdout + skip.stderr
+        assert any(m.startswith("logs:") for m in skip.report["missing_evidence"])
+        assert "INCOMPLETE" in skip.stdout
+        assert allow.rc == 0 and allow.report["incomplete_allowed"] is True, allow.stdout + allow.stderr
+        assert any("--allow-incomplete" in n and "logs" in n for n in allow.report["notes"])
     assert_consistent(run, 1, 30)

@@ -29,7 +29,9 @@ Abort *evidence* (:data:`ABORT_HANDLED`, counted per distinct room in :attr:`Log
 only what the prefill prints after its bootstrap thread received and handled a decode's ``ABORT``
 message: the failure reason that handler records (``Aborted by decode-side abort notification.``, shown
 by the prefill scheduler's ``Prefill transfer|bootstrap failed … with exception KVTransferError(…)``
-warning) and the handler's own ``Received abort notification for room N, marked as Failed`` (debug).
+warning) and the handler's own ``Received abort notification for room N, marked as Failed|ignoring …``
+(debug level: the warning appears only when the decode's ABORT beats the prefill's own abort of the same
+request, so a conclusive run logs the prefill at ``--log-level debug``; the sim and LocalPD do).
 Generic failure counters and lines (``num_bootstrap_failed_reqs``, ``Prefill … failed`` with any other
 reason) also rise on the prefill's own aborts and on timeouts, so they prove nothing.
 """
@@ -77,21 +79,23 @@ ABORT = (
 # The prefill handled a decode's ABORT message, per pinned SGLang version (patched where the version
 # needs our patch to handle it at all; pristine 0.5.15.post1 has no ABORT branch: its thread dies).
 _HANDLED_REASON = r"Aborted by decode-side abort notification"
-_HANDLED_DEBUG = r"Received abort notification for room (?P<room>\d+), marked as Failed"
+# Both branches of the handler: the room was marked Failed, or it had already concluded ("ignoring"). Either
+# way the prefill's bootstrap thread received the ABORT and survived it (pristine 0.5.15.post1 dies instead).
+_HANDLED_DEBUG = r"Received abort notification for room (?P<room>\d+), (?:marked as Failed|ignoring)"
 ABORT_HANDLED: dict[str, tuple[Signature, ...]] = {
     "0.5.15.post1": (
         _sig(_HANDLED_REASON,
              "our patch (ansible/roles/sglang/files/patches/0.5.15.post1/nixl-conn.patch, "
              "_handle_abort_notification: record_failure), printed by sglang/srt/disaggregation/prefill.py:778-789 "
              "(transfer) and :862-876 (bootstrap) via KVTransferError.__str__ (common/conn.py:64-65)"),
-        _sig(_HANDLED_DEBUG, "our patch, _handle_abort_notification logger.debug"),
+        _sig(_HANDLED_DEBUG, "our patch, _handle_abort_notification logger.debug (both branches)"),
     ),
     "0.5.23": (
         _sig(_HANDLED_REASON,
              "sglang/srt/disaggregation/nixl/conn.py:3322-3325 (record_failure), printed by "
              "disaggregation/prefill.py:1286-1300 (transfer) and :1354-1368 (bootstrap) via "
              "KVTransferError.__str__ (common/conn.py:115-116)"),
-        _sig(_HANDLED_DEBUG, "sglang/srt/disaggregation/nixl/conn.py:3327-3330 (logger.debug)"),
+        _sig(_HANDLED_DEBUG, "sglang/srt/disaggregation/nixl/conn.py:3327-3335 (logger.debug, both branches)"),
     ),
 }
 _ROOM = (re.compile(r"bootstrap_room=(?P<room>\d+)"), re.compile(r"\broom[= ](?P<room>\d+)"))
