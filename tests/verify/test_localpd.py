@@ -129,7 +129,8 @@ def test_no_abort_fails_the_cascade(runtime, router: RouterSpec, tmp_path: Path)
 @pytest.mark.slow
 @pytest.mark.parametrize("wedge", [True, False], ids=["wedge", "healthy"])
 def test_light_stand_in(wedge: bool, light_python: str, router: RouterSpec, tmp_path: Path) -> None:
-    """The same verdicts on the light KV stand-in (no SGLang needed): wedge -> 1, healthy -> 0."""
+    """The light KV stand-in (no SGLang): a wedge -> 1; healthy -> 2, because the stand-in has no real ABORT
+    handler whose lines could prove the abort path (issue 11: no evidence from what only a stand-in prints)."""
     with local_pd([light_python], light_env(wedge), router, tmp_path / "pd") as pd:
         run = verify_local(pd, tmp_path, "--cycles", "1")
         health = http_get(pd.prefill_url + "/health")[0]
@@ -142,7 +143,9 @@ def test_light_stand_in(wedge: bool, light_python: str, router: RouterSpec, tmp_
     if wedge:
         assert_wedge_found(run, health)
     else:
-        assert run.rc == 0, run.stdout + run.stderr
+        assert run.rc == 2 and run.check("logs")["status"] == "inconclusive", run.stdout + run.stderr
+        assert run.check("logs")["measured"]["abort_events"] == 0
+        assert all(run.check(n)["status"] == "pass" for n in ("config", "liveness", "cascade", "recovery"))
         assert skip.rc == 2 and skip.report["verdict"] == "incomplete", skip.stdout + skip.stderr
         assert any(m.startswith("logs:") for m in skip.report["missing_evidence"])
         assert "INCOMPLETE" in skip.stdout

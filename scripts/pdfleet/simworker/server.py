@@ -257,9 +257,14 @@ class SimServer:
             if not req.plan.stream:
                 return await self._respond_whole(req, fmt)
             return await self._respond_stream(request, req, fmt)
-        except (asyncio.CancelledError, ConnectionResetError) as e:
+        except asyncio.CancelledError as e:
             self._client_gone(req, e)
             raise
+        except ConnectionResetError as e:
+            # Writing to a client that went away: SGLang's server logs the disconnect and nothing else; a
+            # re-raise here would make aiohttp log a traceback no real worker prints.
+            self._client_gone(req, e)
+            return web.Response(status=499)
 
     async def _respond_whole(self, req: Request, fmt: _Format) -> web.Response:
         async for ev in _events(req):
