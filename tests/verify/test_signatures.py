@@ -130,3 +130,14 @@ def test_clean_log() -> None:
 def test_priority_death_over_abort() -> None:
     assert classify("bootstrap_thread died on engine_rank=0 after Aborted by AbortReq") == "thread_death"
     assert classify("nothing here") is None
+
+
+def test_journal_short_iso_lines_are_scanned_like_plain_ones() -> None:
+    """The dumps since each unit's last start carry journalctl's prefix; tracebacks must still be seen."""
+    text = ("2026-01-01T09:00:01+0000 node1 python[42]: [2026-01-01 09:00:01] Client disconnected\n"
+            "2026-01-01T09:00:02+0000 node1 python[42]: Traceback (most recent call last):\n"
+            "2026-01-01T09:00:02+0000 node1 python[42]:   File \"x.py\", line 1, in f\n"
+            "2026-01-01T09:00:02+0000 node1 python[42]: KeyError: 'room'\n")
+    scan = scan_text(text)
+    assert scan.uncaught_tracebacks == 1 and "KeyError: 'room'" in scan.examples["thread_death"][0]
+    assert scan.deaths[0]["time"] == "2026-01-01T09:00:02"

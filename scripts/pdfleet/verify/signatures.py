@@ -124,6 +124,8 @@ TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\)")
 CHAINED = re.compile(r"^(During handling of the above exception|The above exception was the direct cause)")
 EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s*(?P<message>.*))?$")
 TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})")
+# journalctl -o short-iso: "2026-01-01T09:00:00+0000 host unit[pid]: message" (the dumps since the last start)
+JOURNAL_PREFIX = re.compile(r"^(?P<time>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\S*) \S+ [^:\s]+: ")
 CATEGORIES = (("thread_death", THREAD_DEATH), ("transfer_error", TRANSFER_ERROR),
               ("dropped_frame", DROPPED_FRAME), ("abort", ABORT))
 FAILURE_CATEGORIES = ("thread_death", "transfer_error", "dropped_frame")
@@ -217,11 +219,13 @@ def scan_text(text: str, version: str | None = None) -> LogScan:
     handled = handled_signatures(version)
     header, header_category, last_time = "", None, ""
     tb: _Traceback | None = None
-    for line in text.splitlines():
+    for raw in text.splitlines():
+        prefix = JOURNAL_PREFIX.match(raw)
+        line = raw[prefix.end():] if prefix else raw
         if not line.strip():
             continue
         scan.lines += 1
-        stamp = TIMESTAMP.search(line)
+        stamp = TIMESTAMP.search(raw)
         if stamp:
             last_time = stamp.group(1)
         if TRACEBACK.search(line):
