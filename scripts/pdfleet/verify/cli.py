@@ -97,8 +97,8 @@ def _add_check_args(p: argparse.ArgumentParser, d: Settings) -> None:
     g.add_argument("--journal-dir", type=Path, help="journal dumps collected by Ansible (<dir>/<host>/<unit>.log)")
     g.add_argument("--defer-logs", action="store_true", help="leave the logs check for a --resume run")
     g.add_argument("--resume", type=Path, help="a --defer-logs report to finish with --journal-dir")
-    g.add_argument("--min-abort-events", type=_non_negative(int), default=d.min_abort_events)
-    g.add_argument("--min-transfer-aborts", type=_non_negative(int), default=d.min_transfer_aborts)
+    g.add_argument("--min-abort-events", type=_non_negative(int), default=d.min_abort_events,
+                   help="ABORT messages the prefill must have handled (0: INCOMPLETE unless --allow-incomplete)")
     g.add_argument("--allow-dropped-frames", action="store_true",
                    help="count 'unexpected leading frame' warnings without failing")
     g = p.add_argument_group("6. benchmark")

@@ -43,8 +43,7 @@ class Settings:
     probe_deadline_s: float = 60.0
     idle_deadline_s: float = 60.0
     # 5. logs
-    min_abort_events: int = 1
-    min_transfer_aborts: int = 1
+    min_abort_events: int = 1  # ABORT messages the prefill handled (PD); client aborts on a mono cluster
     allow_dropped_frames: bool = False
     # 6. benchmark
     bench_requests: int = 64
