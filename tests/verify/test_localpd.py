@@ -12,6 +12,7 @@ The light variant (KV stand-in, no SGLang) runs the same wedge/no-wedge pair whe
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,10 @@ def test_patched_survives_and_verify_passes_at_defaults(runtime, router: RouterS
     assert [c["name"] for c in run.report["checks"]] == ["config", "liveness", "cascade", "recovery", "logs", "bench"]
     assert run.check("bench")["status"] == "no-baseline"
     assert any("no baseline" in n for n in run.report["notes"])
+    # the first passing run on this stack becomes its baseline (issue 11 item 5)
+    assert any("stored as the baseline" in n for n in run.report["notes"])
+    key = run.check("bench")["measured"]["baseline_key"]
+    assert json.loads((tmp_path / "baselines.json").read_text())[key]["result"]["output_throughput"] > 0
     logs = run.check("logs")["measured"]
     assert logs["thread_death"] == 0 and logs["transfer_error"] == 0 and logs["abort_events"] >= 1
     assert logs["abort_events"] == logs["aborts_handled_by_prefill"]
