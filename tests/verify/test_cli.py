@@ -89,3 +89,13 @@ def test_resume_without_prefill_evidence_is_inconclusive(tmp_path: Path) -> None
     (journal / "pdfleet-prefill0.log").write_text("Prefill batch. #new-seq: 1\n")
     (journal / "pdfleet-decode0.log").write_text("Decode transfer failed ... Aborted by AbortReq.\n")
     assert main(["--resume", str(report), "--journal-dir", str(tmp_path / "journal"), "--report", str(report)]) == 2
+
+
+def test_baseline_file_is_made_absolute_for_the_resume_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A --defer-logs report is finished from another directory: its baseline path must not move with it."""
+    from pdfleet.cli import build_parser
+    from pdfleet.verify.cli import settings_from_args
+
+    monkeypatch.chdir(tmp_path)
+    s = settings_from_args(build_parser().parse_args(["verify", "--baseline-file", "kept/baselines.json"]))
+    assert s.baseline_file == tmp_path / "kept" / "baselines.json"

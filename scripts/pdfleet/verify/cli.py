@@ -136,6 +136,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     fields = {f.name for f in dataclasses.fields(Settings)}
     values = {k: v for k, v in vars(args).items() if k in fields}
     values["skip"] = tuple(args.skip)
+    # absolute: a --defer-logs report is finished (and the baseline stored) from another directory
+    values["baseline_file"] = Path(values.get("baseline_file") or Settings().baseline_file).absolute()
     return Settings(**values)
 
 
