@@ -12,6 +12,7 @@ site: setup
 	$(VENV)/bin/ansible-playbook site.yml
 
 test: setup
+	@$(VENV)/bin/python tests/preflight.py
 	@$(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pdfleet: pytest collected no tests: that is a failure" >&2; fi; exit $$rc
 

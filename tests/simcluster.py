@@ -57,6 +57,9 @@ class ScratchCluster:
     def playbook(self, playbook: Path = SITE, *extra: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run a playbook; the verification play runs one cascade cycle (default 2) to keep the suite short."""
         env = dict(os.environ, ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1")
+        # A passing verification stores its benchmark as the baseline; runs of one test session on a loaded
+        # machine must not be compared with each other (the comparison has its own unit tests).
+        env["PDFLEET_BASELINE_FILE"] = str(self.reports_dir / f"baselines-{time.monotonic_ns()}.json")
         verify = json.dumps({"pdfleet_verify_args": ["--cycles", "1"],
                              "pdfleet_verify_reports_dir": str(self.reports_dir)})
         proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(playbook),

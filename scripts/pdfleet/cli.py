@@ -10,6 +10,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from pdfleet import conformance, patchcli, patchstatus
 from pdfleet.cluster import plan_inventory
@@ -47,15 +48,29 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    out: Path = args.output
+    if out.exists() and not out.is_dir():
+        raise PdfleetError(f"render -o {out}: is a file; give a directory (files go to <dir>/<host>/)")
     plan = plan_inventory(source_from_args(args))
-    written = render_plan(plan, args.output)
+    try:
+        written = render_plan(plan, out)
+    except OSError as e:
+        raise PdfleetError(f"render -o {out}: cannot write there ({e.strerror or e}: "
+                           f"{e.filename or out}); pick a writable directory") from e
     for path in written:
         print(path)
     return 0
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad argument in one line (exit 2), not a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pdfleet", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="pdfleet", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("plan", help="validate the inventory model and print the GPU split, ports, commands")
@@ -81,6 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PdfleetError as exc:
         print(f"pdfleet: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a file or address the user named that cannot be used: one line, exit 2
+        print(f"pdfleet: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("pdfleet: interrupted", file=sys.stderr)
         return 130

@@ -202,6 +202,12 @@ def nvcc_release(stdout: str) -> str | None:
     return m.group(1) if m else None
 
 
+CONN_MODULE = "sglang.srt.disaggregation.nixl.conn"
+# Run by the service venv's python: where the import system finds the conn module (its parent packages are
+# imported, the module itself is not).
+CONN_ORIGIN_SNIPPET = f"import importlib.util as u; print(u.find_spec({CONN_MODULE!r}).origin)"
+
+
 def patched_sha256(version: str, patched: bool, patch_dir: Path = PATCH_DIR) -> str:
     """The sha256 the manifest promises for conn.py of `version`, patched or pristine."""
     from pdfleet import patches

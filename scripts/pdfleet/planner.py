@@ -291,10 +291,25 @@ def _check_versions(c: ClusterModel, supported_patches: Mapping[str, str]) -> li
     if m.source == "mirror" and not m.mirror_path:
         out.append(Problem("pdfleet_cluster.model.mirror_path", "source mirror needs a mirror directory",
                            "set mirror_path to the model's directory on the control machine"))
+    out += _check_absolute(c)
     if s.log_level not in SUPPORTED_LOG_LEVELS:
         out.append(Problem("pdfleet_cluster.sglang.log_level", f"{s.log_level!r} is not a log level",
                            f"use one of: {', '.join(SUPPORTED_LOG_LEVELS)}"))
     out += _check_cuda(c)
+    return out
+
+
+def _check_absolute(c: ClusterModel) -> list[Problem]:
+    """Paths in the model section (and the service venv) must be absolute: a relative one resolves against
+    whatever directory a unit, Ansible or the control machine happens to run in."""
+    out: list[Problem] = []
+    for variable, value, fix in (
+        ("pdfleet_cluster.model.path", c.model.path, "the weights' directory on every worker host"),
+        ("pdfleet_cluster.model.mirror_path", c.model.mirror_path, "the model's directory on the control machine"),
+        ("pdfleet_cluster.sglang.venv", c.sglang.venv, "the service venv on every host, e.g. /opt/pdfleet/venv"),
+    ):
+        if value and not value.startswith("/"):
+            out.append(Problem(variable, f"{value!r} is a relative path", f"write it as an absolute path: {fix}"))
     return out
 
 

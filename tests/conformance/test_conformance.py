@@ -99,11 +99,20 @@ def test_sglang_version_and_patch(target, node, expectations):
     assert version.stdout.strip() == s["version"], (
         f"{target.name}: SGLang {version.stdout.strip() or '(not importable)'} is installed, the pin is {s['version']}")
     expected = c.patched_sha256(str(s["version"]), bool(s["apply_patch"]))
-    found = _run(node, f"sha256sum {shlex.quote(record['file'])}").stdout.split()
+    # The file the service's interpreter really imports (a stray copy earlier on its sys.path would win),
+    # not the path the record names.
+    origin = _run(node, f"CUDA_VISIBLE_DEVICES= {venv}/bin/python -c {shlex.quote(c.CONN_ORIGIN_SNIPPET)}")
+    imported = origin.stdout.strip().splitlines()[-1] if origin.rc == 0 and origin.stdout.strip() else ""
+    assert imported, (f"{target.name}: {venv}/bin/python cannot locate {c.CONN_MODULE} "
+                      f"({origin.stderr.strip()[-200:]}); reinstall sglang with deploy.yml")
+    found = _run(node, f"sha256sum {shlex.quote(imported)}").stdout.split()
     found_sha = found[0] if found else "(missing file)"
     state = "patched" if s["apply_patch"] else "pristine"
+    assert imported == record["file"], (
+        f"{target.name}: {venv}/bin/python imports {imported} (sha256 {found_sha}), but the record names "
+        f"{record['file']}; remove the other copy or rerun deploy.yml")
     assert found_sha == expected == record["sha256"], (
-        f"{target.name}: {record['file']} has sha256 {found_sha}; the {state} file of SGLang {s['version']} "
+        f"{target.name}: {imported} has sha256 {found_sha}; the {state} file of SGLang {s['version']} "
         f"({s['patch']}) has {expected}, the record says {record['sha256']}. Rerun deploy.yml (the sglang role "
         "refuses hand-edited files: reinstall sglang first).")
 
@@ -152,6 +161,10 @@ def test_model_files_present(target, node, expectations):
     files = {"config.json": None, "tokenizer.json": None, "tokenizer_config.json": None}
     if manifest.rc == 0 and manifest.stdout.strip():  # a staged model's size manifest: every file, every size
         files = {f["path"]: f.get("size") for f in json.loads(manifest.stdout)["files"]}
+    else:  # three small files prove nothing about the weights; only a simulated host serves a stand-in
+        assert expectations.plan.sglang.get("launcher") == "sim", (
+            f"{target.name}: {path}/pdfleet-model-manifest.json is missing: the weights were not staged by the "
+            "model role (or were changed by hand); rerun site.yml to stage the model against its manifest")
     problems = []
     for name, size in files.items():
         f = node.file(f"{path}/{name}")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import EXAMPLES, apply_edits
+from plan_support import EXAMPLES, apply_edits
 from pdfleet.cli import main
 from pdfleet.cluster import plan_inventory
 from pdfleet.errors import PlanError

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import CATALOGUE, EXAMPLES, write_inventory
 from pdfleet.cli import main
 from pdfleet.paths import REPO_ROOT
+from plan_support import CATALOGUE, EXAMPLES, write_inventory
 
 ANSIBLE_PLAYBOOK = Path(os.environ.get("VIRTUAL_ENV", REPO_ROOT / ".venv")) / "bin" / "ansible-playbook"
 

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, PROFILES
 from pdfleet.cluster import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from pdfleet.render import render_plan
+from plan_support import EXAMPLES, PROFILES
 
 GOLDEN = Path(__file__).parent / "golden"
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO_ROOT / ".venv")) / "bin"

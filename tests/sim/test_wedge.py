@@ -6,10 +6,13 @@ naming the checks; patched, the same cascade leaves it serving and the play pass
 from __future__ import annotations
 
 import json
+import re
 import socket
 import urllib.error
+from pathlib import Path
 
 import pytest
+from pdfleet.paths import REPO_ROOT
 from simcluster import ScratchCluster
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
@@ -40,6 +43,20 @@ def test_unpatched_wedges_and_verification_fails(converged: ScratchCluster) -> N
         assert converged.health(f"http://{converged.address}:{port}") == 200, role
     with pytest.raises((TimeoutError, socket.timeout, urllib.error.URLError)):
         converged.chat("In one sentence, what is PCIe? (after the cascade)", timeout=15)
+
+
+def test_a_wedge_older_than_the_run_is_named_with_its_time(converged: ScratchCluster, tmp_path: Path) -> None:
+    """Issue 11: verifying the still-wedged cluster again (no restart) names the thread death that predates the
+    run, with its time, from the journal since the unit's last start."""
+    playbook = tmp_path / "verify-only.yml"
+    playbook.write_text("".join(f"- name: {name}\n  ansible.builtin.import_playbook: {REPO_ROOT}/ansible/playbooks/"
+                                f"{name}.yml\n" for name in ("preflight", "verify")))
+    proc = converged.playbook(playbook, check=False)
+    assert proc.returncode != 0 and "verification FAIL" in proc.stdout
+    logs = next(c for c in converged.latest_report()["checks"] if c["name"] == "logs")
+    assert logs["status"] == "fail" and "BEFORE the protocol" in logs["summary"], logs
+    assert logs["measured"]["thread_death_before_protocol"] >= 1
+    assert re.search(r"pdfleet-prefill0 at \d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}", logs["summary"]), logs["summary"]
 
 
 def test_patched_survives_the_same_cascade(converged: ScratchCluster) -> None:

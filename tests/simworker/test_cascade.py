@@ -38,12 +38,9 @@ SURVIVES = {("0.5.15.post1", "pristine"): False, ("0.5.15.post1", "patched"): Tr
 
 
 def _runtime(version: str):
-    from pdfleet.runtime import Runtime, default_root
+    from pdfleet.runtime import ensure_runtime
 
-    rt = Runtime(default_root())
-    if not rt.is_ready(version) or not rt.conn_file(version, False).is_file():
-        pytest.skip(f"the SGLang {version} runtime is not built (python -m pdfleet.runtime {version})")
-    return rt
+    return ensure_runtime([version])  # built once and cached; never skipped
 
 
 def _kill_mid_stream(pd: LocalPD, log: Path) -> int:

@@ -16,6 +16,7 @@ class FakeServer:
     completed: int = 0
     requests: list[dict] = field(default_factory=list)
     port: int = 0
+    metrics: str = ""  # the /metrics text (Prometheus format); "" answers 404
     _server: asyncio.AbstractServer | None = None
 
     @property
@@ -39,7 +40,12 @@ class FakeServer:
             length = next((int(line.split(":")[1]) for line in head.split("\r\n")
                            if line.lower().startswith("content-length")), 0)
             body = json.loads(await reader.readexactly(length)) if length else None
-            if path == "/plain":
+            if path == "/health":
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            elif path == "/metrics" and self.metrics:
+                data = self.metrics.encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
+            elif path == "/plain":
                 data = b'{"ok": true}'
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
             elif path == "/v1/chat/completions" and body and body.get("stream"):

@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pdfleet.verify.bench import bench_check, compare, load_shape, parse_bench_serving, sglang_command
+from pdfleet.verify.bench import (
+    baseline_key,
+    bench_check,
+    compare,
+    load_shape,
+    parse_bench_serving,
+    sglang_command,
+    store_if_passed,
+)
 from pdfleet.verify.settings import Settings
 
 RESULT = {"completed": 8, "requests": 8, "duration_s": 1.0, "output_throughput": 100.0, "request_throughput": 8.0,
@@ -14,13 +22,11 @@ RESULT = {"completed": 8, "requests": 8, "duration_s": 1.0, "output_throughput":
 
 def test_no_baseline_then_save_then_compare(tmp_path: Path) -> None:
     s = Settings(baseline_file=tmp_path / "b.json")
-    first = bench_check(dict(RESULT), None, "pd-4p4d", s, {}, 1.0)
+    first = bench_check(dict(RESULT), None, "pd-4p4d", s, {"sglang": "x"}, 1.0)
     assert first.status == "no-baseline" and "not a failure" in first.summary
-    s.save_baseline = True
-    saved = bench_check(dict(RESULT), None, "pd-4p4d", s, {"sglang": "x"}, 1.0)
-    assert saved.status == "no-baseline" and "saved" in saved.summary
+    assert not (tmp_path / "b.json").exists(), "nothing is stored before the verdict is known"
+    assert "stored" in (store_if_passed("pass", first, s) or "")
     assert json.loads((tmp_path / "b.json").read_text())["pd-4p4d"]["load"] == load_shape(s)
-    s.save_baseline = False
     same = bench_check(dict(RESULT), None, "pd-4p4d", s, {}, 1.0)
     assert same.status == "pass"
     slow = bench_check({**RESULT, "output_throughput": 80.0, "median_tpot_ms": 40.0}, None, "pd-4p4d", s, {}, 1.0)
@@ -29,9 +35,46 @@ def test_no_baseline_then_save_then_compare(tmp_path: Path) -> None:
     assert other_profile.status == "no-baseline"
 
 
+def test_only_a_passing_run_becomes_the_baseline(tmp_path: Path) -> None:
+    """Issue 11 item 5: the first passing run stores its benchmark; a failed or regressed run never does."""
+    s = Settings(baseline_file=tmp_path / "b.json")
+    first = bench_check(dict(RESULT), None, "k", s, {}, 1.0)
+    assert store_if_passed("fail", first, s) is None and store_if_passed("incomplete", first, s) is None
+    assert not (tmp_path / "b.json").exists()
+    store_if_passed("pass", first, s)
+    s.save_baseline = True  # even when asked to replace it
+    regressed = bench_check({**RESULT, "output_throughput": 50.0}, None, "k", s, {}, 1.0)
+    assert regressed.status == "fail"
+    assert store_if_passed("fail", regressed, s) is None
+    assert json.loads((tmp_path / "b.json").read_text())["k"]["result"]["output_throughput"] == 100.0
+    better = bench_check({**RESULT, "output_throughput": 120.0}, None, "k", s, {}, 1.0)
+    assert store_if_passed("pass", better, s)
+    assert json.loads((tmp_path / "b.json").read_text())["k"]["result"]["output_throughput"] == 120.0
+    s.save_baseline = False  # a later passing run compares, it does not replace
+    later = bench_check({**RESULT, "output_throughput": 119.0}, None, "k", s, {}, 1.0)
+    assert later.status == "pass" and store_if_passed("pass", later, s) is None
+
+
+def test_baseline_key_is_profile_version_and_plan() -> None:
+    workers = [{"name": "prefill", "role": "prefill", "url": "http://127.0.0.1:4001", "tp": 4, "host": None}]
+    a = baseline_key({"profile": "explicit", "sglang_version": "0.5.23", "workers": workers, "model": "m"})
+    moved = [{**workers[0], "url": "http://127.0.0.1:5001"}]  # ephemeral ports do not change the key
+    assert a == baseline_key({"profile": "explicit", "sglang_version": "0.5.23", "workers": moved, "model": "m"})
+    assert a.startswith("explicit sglang=0.5.23 plan=")
+    assert a != baseline_key({"profile": "explicit", "sglang_version": "0.5.15.post1", "workers": workers,
+                              "model": "m"})
+    assert baseline_key({"profile": "p", "sglang_version": "v", "plan": {"x": 1}}) != \
+        baseline_key({"profile": "p", "sglang_version": "v", "plan": {"x": 2}})
+
+
+def test_baseline_file_location_is_configurable(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PDFLEET_BASELINE_FILE", str(tmp_path / "kept.json"))
+    assert Settings().baseline_file == tmp_path / "kept.json"
+
+
 def test_other_load_shape_is_not_compared(tmp_path: Path) -> None:
-    s = Settings(baseline_file=tmp_path / "b.json", save_baseline=True)
-    bench_check(dict(RESULT), None, "p", s, {}, 1.0)
+    s = Settings(baseline_file=tmp_path / "b.json")
+    store_if_passed("pass", bench_check(dict(RESULT), None, "p", s, {}, 1.0), s)
     s2 = Settings(baseline_file=tmp_path / "b.json", bench_requests=999)
     assert bench_check(dict(RESULT), None, "p", s2, {}, 1.0).status == "no-baseline"
 
@@ -64,13 +107,14 @@ def test_bench_serving_adapter(tmp_path: Path) -> None:
     assert cmd[cmd.index("--tokenizer") + 1] == "/tok"
 
 
-def test_fleet_baseline_key_counts_the_pairs() -> None:
+def test_fleet_baseline_key_is_not_a_single_pairs_and_not_the_checkouts() -> None:
     from pdfleet.cluster import plan_inventory
     from pdfleet.paths import REPO_ROOT
     from pdfleet.verify.targets import from_plan
 
     examples = REPO_ROOT / "inventory" / "examples"
-    assert from_plan(plan_inventory(examples / "pd-4p4d")).baseline_key == "pd-4p4d"  # unchanged for one pair
-    assert from_plan(plan_inventory(examples / "pd-fleet")).baseline_key == "pd-4p4d (3p+3d)"
-    assert from_plan(plan_inventory(examples / "pd-multinode")).baseline_key == "pd-multinode (2p+1d)"
-
+    one = from_plan(plan_inventory(examples / "pd-4p4d")).summary()
+    fleet = from_plan(plan_inventory(examples / "pd-fleet")).summary()
+    assert baseline_key(one) != baseline_key(fleet)  # a three-pair fleet never compares with one pair's numbers
+    moved = {**one, "plan": {**one["plan"], "paths": {"repo": "/elsewhere"}}}
+    assert baseline_key(moved) == baseline_key(one)  # where the bundle is checked out is not part of the plan

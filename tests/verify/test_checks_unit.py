@@ -55,3 +55,32 @@ def test_target_from_the_sim_plan() -> None:
     assert all(w.tp == 4 and w.host == "node1" and w.name.startswith("pdfleet-") for w in t.workers)
     assert t.router_url == "http://10.77.0.11:8000" and t.model == "deepseek-ai/DeepSeek-V4-Flash"
     assert t.sglang_version == "0.5.15.post1" and t.profile == "pd-4p4d"
+
+
+
+def test_missing_queue_gauges_make_recovery_inconclusive_not_silent() -> None:
+    """Issue 11 item 4: a PD gauge a worker does not export is reported as missing, never dropped."""
+    import asyncio
+
+    from pdfleet.verify import checks
+    from pdfleet.verify.settings import Settings
+    from pdfleet.verify.targets import Target, Worker
+
+    from .fakeserver import FakeServer
+
+    async def go() -> None:
+        srv = await FakeServer(metrics="sglang:num_running_reqs 0\nsglang:num_queue_reqs 0\n").start()
+        try:
+            target = Target(router_url=srv.url, workers=[Worker("prefill", "prefill", srv.url)], model="m")
+            s = Settings(health_max_s=5.0, probe_concurrency=2, idle_deadline_s=1.0)
+            r = await checks.recovery(target, "m", s)
+            assert r.status == "inconclusive", r.summary
+            missing = r.measured["queue_gauges_missing"]["prefill"]
+            assert missing == ["sglang:num_prefill_bootstrap_queue_reqs", "sglang:num_prefill_inflight_queue_reqs"]
+            assert any("not exported" in f for f in r.failures)
+            srv.metrics += "sglang:num_prefill_bootstrap_queue_reqs 0\nsglang:num_prefill_inflight_queue_reqs 0\n"
+            assert (await checks.recovery(target, "m", s)).status == "pass"
+        finally:
+            await srv.stop()
+
+    asyncio.run(go())

@@ -50,16 +50,21 @@ def _deferred_report(path: Path) -> None:
     r = Report(target={"router": "http://10.77.0.11:8000", "profile": "pd-4p4d", "workers": [
         {"name": "pdfleet-prefill0", "role": "prefill", "url": "http://10.77.0.11:30000", "host": "node1", "tp": 4},
         {"name": "pdfleet-decode0", "role": "decode", "url": "http://10.77.0.11:30001", "host": "node1", "tp": 4}]},
-        settings={"min_abort_events": 1, "min_transfer_aborts": 1}, started_epoch=1700000000.0,
-        checks=[CheckResult("config", "pass", "ok"), CheckResult("logs", "deferred", "later"),
-                CheckResult("bench", "no-baseline", "no baseline")])
+        settings={"min_abort_events": 1, "cycles": 2}, started_epoch=1700000000.0,
+        checks=[CheckResult("config", "pass", "ok"), CheckResult("liveness", "pass", "ok"),
+                CheckResult("cascade", "pass", "ok"), CheckResult("recovery", "pass", "ok"),
+                CheckResult("logs", "deferred", "later"), CheckResult("bench", "no-baseline", "no baseline")])
     r.write(path)
+
+
+HANDLED = ("Prefill transfer failed for request rank=0 req.rid='a' req.bootstrap_room=3 with exception "
+           "KVTransferError(bootstrap_room=3): Aborted by decode-side abort notification.\n")
 
 
 @pytest.mark.parametrize(("decode_log", "rc", "verdict"), [
     ("Decode transfer failed for request ... Aborted by AbortReq.\n", 0, "pass"),
     ("Decode transfer failed ... Aborted by AbortReq.\nException in thread Thread-1 (bootstrap_thread):\n", 1, "fail"),
-    ("nothing happened\n", 2, "inconclusive"),
+    ("nothing happened\n", 0, "pass"),  # the evidence is in the prefill's journal
 ])
 def test_resume_with_journal_dir(tmp_path: Path, decode_log: str, rc: int, verdict: str) -> None:
     report = tmp_path / "verify.json"
@@ -67,10 +72,30 @@ def test_resume_with_journal_dir(tmp_path: Path, decode_log: str, rc: int, verdi
     assert json.loads(report.read_text())["exit_code"] == 2  # deferred: not a verdict yet
     journal = tmp_path / "journal" / "node1"
     journal.mkdir(parents=True)
-    (journal / "pdfleet-prefill0.log").write_text("Prefill batch. #new-seq: 1\n")
+    (journal / "pdfleet-prefill0.log").write_text("Prefill batch. #new-seq: 1\n" + HANDLED)
     (journal / "pdfleet-decode0.log").write_text(decode_log)
     assert main(["--resume", str(report), "--journal-dir", str(tmp_path / "journal"), "--report", str(report)]) == rc
     data = json.loads(report.read_text())
     assert data["verdict"] == verdict
-    assert [c["name"] for c in data["checks"]] == ["config", "logs", "bench"]
-    assert data["checks"][1]["measured"]["source"] == "journal dumps"
+    assert [c["name"] for c in data["checks"]] == ["config", "liveness", "cascade", "recovery", "logs", "bench"]
+    assert data["checks"][4]["measured"]["source"] == "journal dumps"
+
+
+def test_resume_without_prefill_evidence_is_inconclusive(tmp_path: Path) -> None:
+    report = tmp_path / "verify.json"
+    _deferred_report(report)
+    journal = tmp_path / "journal" / "node1"
+    journal.mkdir(parents=True)
+    (journal / "pdfleet-prefill0.log").write_text("Prefill batch. #new-seq: 1\n")
+    (journal / "pdfleet-decode0.log").write_text("Decode transfer failed ... Aborted by AbortReq.\n")
+    assert main(["--resume", str(report), "--journal-dir", str(tmp_path / "journal"), "--report", str(report)]) == 2
+
+
+def test_baseline_file_is_made_absolute_for_the_resume_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A --defer-logs report is finished from another directory: its baseline path must not move with it."""
+    from pdfleet.cli import build_parser
+    from pdfleet.verify.cli import settings_from_args
+
+    monkeypatch.chdir(tmp_path)
+    s = settings_from_args(build_parser().parse_args(["verify", "--baseline-file", "kept/baselines.json"]))
+    assert s.baseline_file == tmp_path / "kept" / "baselines.json"

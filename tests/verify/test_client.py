@@ -73,3 +73,38 @@ def test_kill_mid_stream_is_seen_by_the_server(rst: bool) -> None:
             await srv.stop()
 
     asyncio.run(go())
+
+
+def test_a_silent_server_gives_no_answer_within_n_s() -> None:
+    """Issue 11 item 6: a timeout says so, with the deadline (it used to be an empty reason)."""
+    import asyncio
+
+    from pdfleet.verify import checks, client
+    from pdfleet.verify.settings import Settings
+    from pdfleet.verify.targets import Target, Worker
+
+    async def go() -> None:
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await asyncio.sleep(30)
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        try:
+            try:
+                await client.request(url + "/server_info", timeout_s=0.3)
+            except TimeoutError as e:  # still a TimeoutError for callers that catch that
+                assert isinstance(e, client.HTTPClientError)
+                assert str(e) == f"GET {url}/server_info: no answer within 0.3 s"
+            else:
+                raise AssertionError("no timeout")
+            target = Target(router_url=url, workers=[Worker("prefill", "prefill", url)])
+            try:
+                await checks.config_gate(target, Settings(http_timeout_s=0.3))
+            except checks.Unreachable as e:
+                assert "no answer within 0.3 s" in str(e)
+            else:
+                raise AssertionError("a silent router is unreachable")
+        finally:
+            server.close()
+
+    asyncio.run(go())

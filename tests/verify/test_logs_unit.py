@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pdfleet.verify.logs import FileLogs, JournalDirLogs, journal_command, logs_check
+from pdfleet.inventory import load_inventory
+from pdfleet.paths import REPO_ROOT
+from pdfleet.verify.logs import (
+    FileLogs,
+    JournalDirLogs,
+    journal_before_command,
+    journal_command,
+    logs_check,
+)
 from pdfleet.verify.settings import Settings
 from pdfleet.verify.targets import Worker
 
@@ -12,6 +20,12 @@ P = Worker("prefill", "prefill", "http://p")
 D = Worker("decode", "decode", "http://d")
 ABORT = ("Decode transfer failed for request rank=0 with exception KVTransferError(bootstrap_room=1): "
          "Aborted by AbortReq.\n")
+HANDLED = ("[2026-01-01 10:00:0{n}] Prefill transfer failed for request rank=0 req.rid='r{n}' req.bootstrap_room={n} "
+           "with exception KVTransferError(bootstrap_room={n}): Aborted by decode-side abort notification.\n")
+
+
+def handled(count: int) -> str:
+    return "".join(HANDLED.format(n=n) for n in range(1, count + 1))
 
 
 def test_file_logs_read_only_after_the_mark(tmp_path: Path) -> None:
@@ -24,12 +38,21 @@ def test_file_logs_read_only_after_the_mark(tmp_path: Path) -> None:
     assert src.read(P) == "Client disconnected\n"
 
 
-def test_clean_with_aborts_passes(tmp_path: Path) -> None:
-    (tmp_path / "p.log").write_text("Prefill batch. #new-seq: 1\n")
+def test_clean_with_handled_aborts_passes(tmp_path: Path) -> None:
+    (tmp_path / "p.log").write_text("Prefill batch. #new-seq: 1\n" + handled(3))
     (tmp_path / "d.log").write_text(ABORT * 3)
     src = FileLogs({"prefill": tmp_path / "p.log", "decode": tmp_path / "d.log"})
     r = logs_check([P, D], src, Settings())
-    assert r.status == "pass" and r.measured["abort_events"] == 3 and r.measured["transfer_aborts"] == 3
+    assert r.status == "pass" and r.measured["abort_events"] == 3 and r.measured["client_abort_lines"] == 6
+
+
+def test_decode_side_aborts_alone_are_not_evidence(tmp_path: Path) -> None:
+    """Issue 11 item 1: the decode's own AbortReq failures do not show that the prefill got an ABORT."""
+    (tmp_path / "p.log").write_text("Prefill batch. #new-seq: 1\n")
+    (tmp_path / "d.log").write_text(ABORT * 3 + "Client disconnected\n")
+    src = FileLogs({"prefill": tmp_path / "p.log", "decode": tmp_path / "d.log"})
+    r = logs_check([P, D], src, Settings())
+    assert r.status == "inconclusive" and r.measured["abort_events"] == 0
 
 
 def test_no_aborts_is_inconclusive(tmp_path: Path) -> None:
@@ -38,28 +61,64 @@ def test_no_aborts_is_inconclusive(tmp_path: Path) -> None:
     assert r.status == "inconclusive" and "did not exercise the abort path" in r.summary
 
 
-def test_aborts_only_mid_decode_is_inconclusive_unless_allowed(tmp_path: Path) -> None:
-    (tmp_path / "d.log").write_text("Client disconnected\n")
-    src = FileLogs({"decode": tmp_path / "d.log"})
-    assert logs_check([D], src, Settings()).status == "inconclusive"
-    assert logs_check([D], src, Settings(min_transfer_aborts=0)).status == "pass"
+def test_prefill_failures_for_other_reasons_are_not_evidence(tmp_path: Path) -> None:
+    """The prefill's own aborts and timeouts print the same 'Prefill ... failed' line with another reason."""
+    (tmp_path / "p.log").write_text(
+        "Prefill bootstrap failed for request rank=0 req.rid='a' req.bootstrap_room=5 with exception "
+        "KVTransferError(bootstrap_room=5): Aborted by AbortReq.\n"
+        "Prefill bootstrap failed for request rank=0 req.rid='b' req.bootstrap_room=6 with exception "
+        "KVTransferError(bootstrap_room=6): Request 6 timed out after 300.0s in KVPoll.Bootstrapping\n")
+    r = logs_check([P], FileLogs({"prefill": tmp_path / "p.log"}), Settings())
+    assert r.status == "inconclusive" and r.measured["abort_events"] == 0
 
 
-def test_metric_deltas_count_as_abort_evidence(tmp_path: Path) -> None:
+def test_generic_failure_counters_are_not_abort_evidence(tmp_path: Path) -> None:
     (tmp_path / "d.log").write_text("quiet\n")
-    deltas = {"decode": {"sglang:num_aborted_requests_total": 4.0, "sglang:num_transfer_failed_reqs_total": 2.0}}
-    r = logs_check([D], FileLogs({"decode": tmp_path / "d.log"}), Settings(), deltas)
-    assert r.status == "pass" and r.measured["abort_events"] == 6 and r.measured["transfer_aborts"] == 2
+    deltas = {"decode": {"sglang:num_aborted_requests_total": 4.0, "sglang:num_transfer_failed_reqs_total": 2.0,
+                         "sglang:num_bootstrap_failed_reqs_total": 3.0}}
+    r = logs_check([P, D], FileLogs({"decode": tmp_path / "d.log", "prefill": tmp_path / "d.log"}), Settings(),
+                   deltas)
+    assert r.status == "inconclusive" and r.measured["abort_events"] == 0
+    assert r.measured["generic_failure_metric_delta"] == 9 and r.detail["decode"]["metric_deltas"] == deltas["decode"]
+
+
+def test_a_death_before_the_protocol_fails_and_is_named(tmp_path: Path) -> None:
+    """Issue 11 item 3: a wedge that predates the run fails the logs check, with the line and its time."""
+    f = tmp_path / "p.log"
+    f.write_text("[2026-01-01 09:59:00] The server is fired up\n[2026-01-01 09:59:30] Received multipart\n"
+                 "Exception in thread Thread-1 (bootstrap_thread):\nTraceback (most recent call last):\n"
+                 "  File 'conn.py', line 2349, in bootstrap_thread\n"
+                 "AssertionError: First message should be b'NixlMsgGuard'. Foreign traffic?\n")
+    src = FileLogs({"prefill": f})
+    src.mark([P])
+    with f.open("a") as fh:
+        fh.write(handled(2))
+    r = logs_check([P], src, Settings())
+    assert r.status == "fail" and "BEFORE the protocol" in r.summary and "2026-01-01 09:59:30" in r.summary
+    assert r.measured["thread_death"] == 2 and r.measured["thread_death_before_protocol"] == 2
+    assert r.measured["deaths"][0]["worker"] == "prefill"
+
+
+def test_journal_dumps_since_the_last_start(tmp_path: Path) -> None:
+    w = Worker("pdfleet-prefill0", "prefill", "http://p", host="node1")
+    (tmp_path / "node1").mkdir()
+    (tmp_path / "node1" / "pdfleet-prefill0.log").write_text(handled(1))
+    r = logs_check([w], JournalDirLogs(tmp_path), Settings())
+    assert r.status == "pass" and "without their log since the last start" in r.summary
+    (tmp_path / "node1" / "pdfleet-prefill0.before.log").write_text(
+        "2026-01-01T09:00:00+0000 node1 python[1]: prefill bootstrap_thread died on engine_rank=0\n")
+    r = logs_check([w], JournalDirLogs(tmp_path), Settings())
+    assert r.status == "fail" and "2026-01-01T09:00:00" in r.summary
 
 
 def test_death_fails_even_with_aborts(tmp_path: Path) -> None:
-    (tmp_path / "p.log").write_text("Exception in thread Thread-1 (bootstrap_thread):\n" + ABORT)
+    (tmp_path / "p.log").write_text("Exception in thread Thread-1 (bootstrap_thread):\n" + handled(1))
     r = logs_check([P], FileLogs({"prefill": tmp_path / "p.log"}), Settings())
     assert r.status == "fail" and r.measured["thread_death"] == 1
 
 
 def test_dropped_frames_fail_by_default_and_can_be_counted_only(tmp_path: Path) -> None:
-    (tmp_path / "p.log").write_text("bootstrap_thread: unexpected leading frame b'X'\n" + ABORT)
+    (tmp_path / "p.log").write_text("bootstrap_thread: unexpected leading frame b'X'\n" + handled(1))
     src = FileLogs({"prefill": tmp_path / "p.log"})
     assert logs_check([P], src, Settings()).status == "fail"
     allowed = logs_check([P], src, Settings(allow_dropped_frames=True))
@@ -82,6 +141,11 @@ def test_journal_dir_layouts(tmp_path: Path) -> None:
 def test_journal_command() -> None:
     assert journal_command("pdfleet-prefill0", 1700000000.7) == \
         "journalctl -u pdfleet-prefill0 --since @1700000000 -o cat --no-pager"
+    assert "journalctl _SYSTEMD_INVOCATION_ID=$id --until @1700000000 -o short-iso" in \
+        journal_before_command("pdfleet-prefill0", 1700000000.7)
+    conn = load_inventory(REPO_ROOT / "inventory" / "sim").connection("node1")
+    assert (conn.address, conn.user, conn.key_file, conn.ssh_config) == (
+        "10.77.0.11", "root", "/var/lib/pdfleet-sim/id_ed25519", "/var/lib/pdfleet-sim/ssh_config")
 
 
 def test_mono_cluster_needs_no_transfer_aborts(tmp_path: Path) -> None:
@@ -93,7 +157,7 @@ def test_mono_cluster_needs_no_transfer_aborts(tmp_path: Path) -> None:
 def test_an_empty_log_is_inconclusive(tmp_path: Path) -> None:
     """A worker that served the protocol logs something: an empty log means the wrong unit or source."""
     (tmp_path / "p.log").write_text("")
-    (tmp_path / "d.log").write_text(ABORT * 3)
+    (tmp_path / "d.log").write_text(ABORT * 3 + handled(3))
     src = FileLogs({"prefill": tmp_path / "p.log", "decode": tmp_path / "d.log"})
     r = logs_check([P, D], src, Settings())
     assert r.status == "inconclusive" and "empty" in r.summary and any("prefill" in f for f in r.failures)

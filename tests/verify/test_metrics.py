@@ -32,3 +32,13 @@ def test_counter_deltas_total_suffix_and_reset() -> None:
     assert d["sglang:num_aborted_requests_total"] == 5.0
     assert d["sglang:num_bootstrap_failed_reqs_total"] == 3.0  # restarted worker: counts from zero
     assert "sglang:num_transfer_failed_reqs_total" not in d
+
+
+def test_missing_gauges_are_named_per_role() -> None:
+    from pdfleet.verify.metrics import missing_gauges
+
+    prefill = {"sglang:num_prefill_bootstrap_queue_reqs": 0.0, "sglang:num_running_reqs": 0.0,
+               "sglang:num_queue_reqs": 0.0}
+    assert missing_gauges(prefill, "prefill") == ["sglang:num_prefill_inflight_queue_reqs"]
+    assert missing_gauges(prefill, "mono") == []
+    assert "sglang:num_decode_transfer_queue_reqs" in missing_gauges(prefill, "decode")

@@ -50,6 +50,32 @@ def _state_dir(args: argparse.Namespace) -> Path:
     return DEFAULT_STATE_DIR
 
 
+def _cidr(text: str) -> str:
+    try:
+        ipaddress.ip_network(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{e} (e.g. 10.77.0.0/24)") from e
+    return text
+
+
+def _address(text: str) -> str:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    return text
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from e
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be 1 or more")
+    return value
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     sim = subparsers.add_parser("sim", help="simulated cluster: systemd-nspawn hosts on this machine")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)
@@ -70,10 +96,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME=ADDRESS",
         help="a host to start (repeat); default: --count hosts node1=10.77.0.11, ...",
     )
-    p_up.add_argument("--count", type=int, default=3, help="number of default hosts (default 3)")
+    p_up.add_argument("--count", type=_count, default=3, help="number of default hosts (default 3)")
     p_up.add_argument("--bridge", default=DEFAULT_BRIDGE, help=f"bridge name (default {DEFAULT_BRIDGE})")
-    p_up.add_argument("--cidr", default=DEFAULT_CIDR, help=f"bridge subnet (default {DEFAULT_CIDR})")
-    p_up.add_argument("--gateway", help="this machine's address on the bridge (default: first of --cidr)")
+    p_up.add_argument("--cidr", type=_cidr, default=DEFAULT_CIDR, help=f"bridge subnet (default {DEFAULT_CIDR})")
+    p_up.add_argument("--gateway", type=_address,
+                      help="this machine's address on the bridge (default: first of --cidr)")
     p_up.add_argument(
         "--no-runtime",
         dest="with_runtime",

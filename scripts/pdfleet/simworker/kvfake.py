@@ -83,7 +83,9 @@ class FakePrefillKV:
             if head == b"ABORT" and not self._abort_kills:
                 room = int(frames[1].decode("ascii"))
                 with self._lock:
-                    self._failures[room] = "Aborted by decode-side abort notification."
+                    # Deliberately not SGLang's wording: the logs check takes abort evidence only from what
+                    # the real handler prints, never from this stand-in (issue 11).
+                    self._failures[room] = "fake KV stand-in: room failed on the decode's ABORT"
                     self._infos.pop(room, None)
                 self._set(room, KVPoll.Failed)
                 continue

@@ -297,9 +297,14 @@ class SimServer:
                 return await self._respond_whole(wait, fmt)
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
             return await self._respond_stream(request, resp, wait, fmt, header_first)
-        except (asyncio.CancelledError, ConnectionResetError) as e:
+        except asyncio.CancelledError as e:
             self._client_gone(req, wait, resp is not None and resp.prepared, e)
             raise
+        except ConnectionResetError as e:
+            # Writing to a client that went away: SGLang's server logs the disconnect and nothing else; a
+            # re-raise here would make aiohttp log a traceback no real worker prints.
+            self._client_gone(req, wait, resp is not None and resp.prepared, e)
+            return web.Response(status=499)
 
     async def _respond_whole(self, wait: WaitLoop, fmt: _Format) -> web.Response:
         async for ev in _events(wait):

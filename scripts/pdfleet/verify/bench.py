@@ -5,13 +5,18 @@ time, fixed prompt and output lengths; ``ignore_eos`` so every request produces 
 where the server honours it) or, on a real cluster, from ``python -m sglang.bench_serving --dataset-name
 random-ids`` (``--bench-tool sglang``). Output throughput, median TTFT and median TPOT are compared with the
 baseline under tolerances. No stored baseline -> status ``no-baseline``: reported, never a failure.
-Baselines live in one JSON file keyed by ``<profile>`` and carry the load they were measured with; a baseline
-of a different load is not compared.
+Baselines live in one JSON file (``--baseline-file``, default ``$PDFLEET_BASELINE_FILE`` or
+``reports/baselines.json``) keyed by :func:`baseline_key` (profile, SGLang version, plan fingerprint) and
+carry the load they were measured with; a baseline of a different load is not compared. The first run on
+a cluster whose whole verdict passes stores its benchmark as the baseline (:func:`store_if_passed`, called
+once the verdict is known); a run that failed anything, a regressed benchmark included, never does.
+``--save-baseline`` replaces an existing baseline, again only with a passing run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import shlex
 import statistics
@@ -98,10 +103,29 @@ def sglang_load(base_url: str, s: Settings, workdir: Path) -> dict[str, Any]:
     return parse_bench_serving(out.read_text())
 
 
+def baseline_key(target: dict[str, Any]) -> str:
+    """``<profile> sglang=<version> plan=<fingerprint>`` of a report's target (its ``summary()``).
+
+    The fingerprint hashes the plan (GPU split, ports, flags) when the target came from an inventory, else the
+    workers' names, roles and tp and the model: never URLs with ephemeral ports.
+    """
+    plan = target.get("plan")
+    # The plan document without where this checkout lives (paths): the same cluster from another clone or CI
+    # workspace keeps its baseline.
+    basis: Any = {k: v for k, v in plan.items() if k not in ("paths", "contexts")} if plan else {
+        "workers": [{k: w.get(k) for k in ("name", "role", "tp", "host")} for w in target.get("workers", [])],
+        "model": target.get("model")}
+    digest = hashlib.sha256(json.dumps(basis, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return f"{target.get('profile')} sglang={target.get('sglang_version')} plan={digest}"
+
+
 def read_baselines(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"baseline file {path} is not JSON ({e}); fix or remove it") from e
     return data if isinstance(data, dict) else {}
 
 
@@ -133,8 +157,10 @@ def compare(result: dict[str, Any], baseline: dict[str, Any], s: Settings) -> tu
 
 
 def bench_check(result: dict[str, Any] | None, error: str | None, profile: str, s: Settings,
-                versions: dict[str, Any], duration_s: float) -> CheckResult:
+                versions: dict[str, Any], duration_s: float, key: str | None = None) -> CheckResult:
+    """Compare with the stored baseline of ``key`` (default: the profile); saving waits for the verdict."""
     shape = load_shape(s)
+    key = key or profile
     if result is None:
         return CheckResult("bench", ERROR, f"benchmark could not run: {error}", {"load": shape},
                            failures=[f"benchmark could not run: {error}"], duration_s=duration_s)
@@ -143,19 +169,29 @@ def bench_check(result: dict[str, Any] | None, error: str | None, profile: str, 
         why = f"only {result['completed']}/{result['requests']} benchmark requests completed: {result['errors']}"
         return CheckResult("bench", FAIL, why, measured, {"completed": result["requests"]}, [why],
                            duration_s=duration_s)
-    baseline = read_baselines(s.baseline_file).get(profile)
-    saved = ""
-    if s.save_baseline:
-        save_baseline(s.baseline_file, profile, shape, result, versions)
-        saved = f"; saved as the {profile} baseline in {s.baseline_file}"
+    measured["baseline_key"] = key
+    baseline = read_baselines(s.baseline_file).get(key)
     if baseline is None or baseline.get("load") != shape:
         why = "no baseline" if baseline is None else "no baseline for this load shape"
-        return CheckResult("bench", NO_BASELINE, f"{why} for profile {profile} in {s.baseline_file} "
-                           f"(not a failure; save one with --save-baseline){saved}", measured,
-                           {"baseline": None}, duration_s=duration_s)
+        return CheckResult("bench", NO_BASELINE, f"{why} for {key} in {s.baseline_file} (not a failure; "
+                           "this run becomes the baseline if its verdict passes)", measured,
+                           {"baseline": None}, duration_s=duration_s, detail={"versions": versions})
     failures, limits = compare(result, baseline, s)
     summary = (f"{result['output_throughput']} tok/s, TTFT {result['median_ttft_ms']} ms, "
-               f"TPOT {result['median_tpot_ms']} ms vs baseline {baseline['result']}{saved}")
+               f"TPOT {result['median_tpot_ms']} ms vs baseline {baseline['result']}")
     return CheckResult("bench", FAIL if failures else PASS, summary, measured,
                        {**limits, "baseline": baseline["result"], "baseline_saved_at": baseline.get("saved_at")},
-                       failures, duration_s=duration_s)
+                       failures, duration_s=duration_s, detail={"versions": versions})
+
+
+def store_if_passed(verdict: str, bench: CheckResult | None, s: Settings) -> str | None:
+    """After the verdict: store this run's benchmark as the baseline when the whole run passed and either
+    no baseline exists for its key or ``--save-baseline`` asks to replace it. Returns a note, or None."""
+    if verdict != "pass" or bench is None or bench.status not in (NO_BASELINE, PASS):
+        return None
+    if bench.status == PASS and not s.save_baseline:
+        return None
+    key = str(bench.measured.get("baseline_key"))
+    shape = bench.measured.get("load") or load_shape(s)
+    save_baseline(s.baseline_file, key, shape, bench.measured, bench.detail.get("versions", {}))
+    return f"benchmark stored as the baseline {key!r} in {s.baseline_file}"

@@ -150,7 +150,7 @@ async def _time_open(sessions: list[StreamSession], stats: CycleStats, t0: float
 
 async def abort_cascades(url: str, model: str, s: Settings, out: TextIO = sys.stderr,
                          on_cycle: Callable[[CycleStats], None] | None = None) -> CheckResult:
-    """Check 3: ``cycles`` cycles; fails only if sessions could not even be opened."""
+    """Check 3: ``cycles`` cycles; fails when no session could be opened or none was killed."""
     t0 = time.monotonic()
     rng = random.Random(s.seed)
     cycles: list[CycleStats] = []
@@ -176,12 +176,15 @@ async def abort_cascades(url: str, model: str, s: Settings, out: TextIO = sys.st
     if opened == 0 and total:
         failures.append(f"no session of {total} could be opened through the router: "
                         f"{'; '.join(e for c in cycles for e in c.errors)[:300]}")
+    elif killed == 0 and total:
+        failures.append(f"the cascade killed no session of {total}: every session ended before its kill time "
+                        f"(window {s.window_s:g} s); raise --cascade-max-tokens or shorten --window")
     measured = {"sessions": total, "opened": opened, "answered": sum(c.answered for c in cycles),
                 "first_token": sum(c.first_token for c in cycles), "killed": killed,
                 "killed_phases": dict(phases), "completed": sum(c.completed for c in cycles),
                 "failed": sum(c.failed for c in cycles), "kill_windows_s": s.window_s * s.cycles}
     thresholds = {"cycles": s.cycles, "concurrency": s.concurrency, "window_s": s.window_s,
-                  "kill_mode": s.kill_mode}
+                  "kill_mode": s.kill_mode, "killed_min": 1}
     summary = f"{s.cycles} x {s.concurrency} sessions ({s.kill_mode}, {s.window_s:g} s): {killed} killed"
     if killed == 0:
         summary += " (nothing was killed: every session ended before its kill time)"

@@ -14,8 +14,8 @@ import uuid
 from typing import Any
 
 from pdfleet.verify import client
-from pdfleet.verify.metrics import parse_prometheus, queue_depths
-from pdfleet.verify.result import ERROR, CheckResult, status_from
+from pdfleet.verify.metrics import missing_gauges, parse_prometheus, queue_depths
+from pdfleet.verify.result import ERROR, INCONCLUSIVE, CheckResult, status_from
 from pdfleet.verify.settings import Settings
 from pdfleet.verify.targets import Target, Worker
 
@@ -35,9 +35,14 @@ async def server_info(url: str, timeout_s: float) -> dict[str, Any]:
     for path in ("/server_info", "/get_server_info"):
         resp = await client.request(url + path, timeout_s=timeout_s)
         if resp.status == 200:
-            data = resp.json()
+            try:
+                data = resp.json()
+            except ValueError:
+                data = None
             if isinstance(data, dict):
                 return data
+            last = f"{path} answered 200 without a JSON object"
+            continue
         last = f"{path} answered {resp.status}"
     raise client.HTTPClientError(f"{url}: no server info ({last})")
 
@@ -98,7 +103,10 @@ def router_worker_urls(data: Any) -> set[str]:
 
 async def _router_listing(router: str, timeout_s: float) -> tuple[str, set[str]]:
     for path in ("/workers", "/get_loads", "/list_workers"):
-        resp = await client.request(router + path, timeout_s=timeout_s)
+        try:
+            resp = await client.request(router + path, timeout_s=timeout_s)
+        except (client.HTTPClientError, TimeoutError):
+            continue  # reported as "no worker listing" by the caller
         if resp.status == 200:
             try:
                 return path, router_worker_urls(resp.json())
@@ -224,15 +232,22 @@ async def wait_idle(target: Target, s: Settings) -> dict[str, Any]:
     """Poll every worker's PD queue gauges until all are zero or the deadline passes."""
     t0 = time.monotonic()
     depths: dict[str, dict[str, float]] = {}
+    missing: dict[str, list[str]] = {}
     while True:
         for w in target.workers:
             m = await fetch_metrics(w.url, s.http_timeout_s)
             depths[w.name] = queue_depths(m) if m is not None else {"unreachable": 1.0}
+            lacking = missing_gauges(m, w.role) if m is not None else []
+            if lacking:
+                missing[w.name] = lacking
+            else:
+                missing.pop(w.name, None)
         busy = {n: {k: v for k, v in d.items() if v} for n, d in depths.items()}
         busy = {n: d for n, d in busy.items() if d}
         elapsed = time.monotonic() - t0
         if not busy or elapsed >= s.idle_deadline_s:
-            return {"idle": not busy, "seconds": round(elapsed, 2), "busy": busy, "depths": depths}
+            return {"idle": not busy, "seconds": round(elapsed, 2), "busy": busy, "depths": depths,
+                    "missing": missing}
         await asyncio.sleep(0.5)
 
 
@@ -274,14 +289,22 @@ async def recovery(target: Target, model: str, s: Settings) -> CheckResult:
                 "health_all_200": all(h["status"] == 200 for h in health.values()),
                 "fresh_status": fresh["status"], "fresh_latency_s": fresh["latency_s"],
                 "probe_completed": probe["completed"], "probe_sent": probe["sent"], "probe_max_s": probe["max_s"],
-                "queues_idle": idle["idle"], "queues_idle_after_s": idle["seconds"]}
+                "queues_idle": idle["idle"], "queues_idle_after_s": idle["seconds"],
+                "queue_gauges_missing": idle["missing"]}
     thresholds = {"health_max_s": s.health_max_s, "fresh_deadline_s": s.recovery_deadline_s,
                   "probe_concurrency": s.probe_concurrency, "probe_deadline_s": s.probe_deadline_s,
                   "idle_deadline_s": s.idle_deadline_s}
     summary = ("served again: fresh request, sustained probe and idle queues" if not failures
                else f"{len(failures)} problem(s) after the cascades")
-    detail = {"health": health, "fresh": fresh, "probe": probe, "queues": idle["depths"]}
-    return CheckResult("recovery", status_from(failures), summary, measured, thresholds, failures, detail,
+    status = status_from(failures)
+    if idle["missing"]:  # idle cannot be proven for a queue that is not exported: say so, never drop it
+        gaps = "; ".join(f"{n}: {', '.join(g)}" for n, g in sorted(idle["missing"].items()))
+        failures.append(f"PD queue gauge(s) not exported, so their idleness is unproven: {gaps}")
+        if status != "fail":
+            status, summary = INCONCLUSIVE, f"served again, but queue gauges are missing ({gaps})"
+    detail = {"health": health, "fresh": fresh, "probe": probe, "queues": idle["depths"],
+              "queues_missing": idle["missing"]}
+    return CheckResult("recovery", status, summary, measured, thresholds, failures, detail,
                        time.monotonic() - t0)
 
 

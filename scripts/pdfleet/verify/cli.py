@@ -5,7 +5,8 @@
     pdfleet verify -i INV --defer-logs --report R                     # Ansible: traffic now, logs later
     pdfleet verify --resume R --journal-dir DIR --report R            # … then the logs, and the verdict
 
-Exit codes: 0 pass, 1 a check failed, 2 could not run (unreachable, bad arguments) or inconclusive.
+Exit codes: 0 pass, 1 a check failed, 2 could not run (unreachable, bad arguments), inconclusive, or
+incomplete (the cascade or logs evidence was left out; ``--allow-incomplete`` accepts that).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pdfleet.plandoc import read_plan_document
 from pdfleet.verify import targets
 from pdfleet.verify.logs import FileLogs, JournalDirLogs, LogSource, SSHJournalLogs
 from pdfleet.verify.protocol import resume_with_journals, run_protocol
-from pdfleet.verify.report import Report
+from pdfleet.verify.report import Report, writable_problem
 from pdfleet.verify.result import CHECK_NAMES
 from pdfleet.verify.settings import KILL_MODES, Settings
 
@@ -101,8 +102,8 @@ def _add_check_args(p: argparse.ArgumentParser, d: Settings) -> None:
     g.add_argument("--journal-dir", type=Path, help="journal dumps collected by Ansible (<dir>/<host>/<unit>.log)")
     g.add_argument("--defer-logs", action="store_true", help="leave the logs check for a --resume run")
     g.add_argument("--resume", type=Path, help="a --defer-logs report to finish with --journal-dir")
-    g.add_argument("--min-abort-events", type=_non_negative(int), default=d.min_abort_events)
-    g.add_argument("--min-transfer-aborts", type=_non_negative(int), default=d.min_transfer_aborts)
+    g.add_argument("--min-abort-events", type=_non_negative(int), default=d.min_abort_events,
+                   help="ABORT messages the prefill must have handled (0: INCOMPLETE unless --allow-incomplete)")
     g.add_argument("--allow-dropped-frames", action="store_true",
                    help="count 'unexpected leading frame' warnings without failing")
     g = p.add_argument_group("6. benchmark")
@@ -122,6 +123,9 @@ def _add_check_args(p: argparse.ArgumentParser, d: Settings) -> None:
     g = p.add_argument_group("output")
     g.add_argument("--skip", action="append", default=[], choices=CHECK_NAMES, help="skip a check (repeatable)")
     g.add_argument("--report", type=Path, help="write the JSON verdict here")
+    g.add_argument("--allow-incomplete", action="store_true",
+                   help="accept a run without the cascade/logs evidence (0 cycles, --skip cascade|logs, "
+                        "--min-abort-events 0) instead of exiting 2 INCOMPLETE; the report says what is missing")
     g.add_argument("--json", action="store_true", help="print the JSON verdict instead of the table")
 
 
@@ -137,6 +141,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     fields = {f.name for f in dataclasses.fields(Settings)}
     values = {k: v for k, v in vars(args).items() if k in fields}
     values["skip"] = tuple(args.skip)
+    # absolute: a --defer-logs report is finished (and the baseline stored) from another directory
+    values["baseline_file"] = Path(values.get("baseline_file") or Settings().baseline_file).absolute()
     return Settings(**values)
 
 
@@ -207,17 +213,38 @@ def _finish(report: Report, args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def _load_resume(path: Path) -> Report:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise VerifyUsageError(f"--resume {path}: {e}") from e
+    if not isinstance(data, dict):
+        raise VerifyUsageError(f"--resume {path}: holds a JSON {type(data).__name__}, not a pdfleet verify "
+                               "report (give the --report file of a --defer-logs run)")
+    try:
+        return Report.from_dict(data)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise VerifyUsageError(f"--resume {path}: not a complete pdfleet verify report ({type(e).__name__}: "
+                               f"{e})") from e
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
+    if args.report is not None:
+        problem = writable_problem(args.report)
+        if problem:  # refuse now: a report that cannot be written would lose the whole run at its end
+            raise VerifyUsageError(f"--report: {problem}")
     if args.resume:
         if not args.journal_dir:
             raise VerifyUsageError("--resume needs --journal-dir (the journal dumps to scan)")
-        try:
-            report = Report.from_dict(json.loads(args.resume.read_text()))
-        except (OSError, ValueError, KeyError) as e:
-            raise VerifyUsageError(f"--resume {args.resume}: {e}") from e
+        if not args.journal_dir.is_dir():
+            raise VerifyUsageError(f"--journal-dir {args.journal_dir}: no such directory")
+        report = _load_resume(args.resume)
         s = settings_from_dict(report.settings)
         if args.allow_dropped_frames:
             s.allow_dropped_frames = True
+        if args.allow_incomplete:
+            s.allow_incomplete = True
+            report.settings["allow_incomplete"] = True
         return _finish(resume_with_journals(report, args.journal_dir, s), args)
     if args.defer_logs and (args.log_file or args.journal_dir):
         raise VerifyUsageError("--defer-logs reads no logs now; drop --log-file/--journal-dir")

@@ -110,6 +110,10 @@ async def iter_body(reader: asyncio.StreamReader, headers: Mapping[str, str]) ->
             yield data
 
 
+class RequestTimeout(HTTPClientError, TimeoutError):
+    """No answer within the deadline; still a TimeoutError for callers that catch that."""
+
+
 async def _open(host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     try:
         return await asyncio.open_connection(host, port, limit=MAX_HEADER_BYTES)
@@ -119,7 +123,7 @@ async def _open(host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.Str
 
 async def request(url: str, method: str = "GET", json_body: Any = None, timeout_s: float = 10.0,
                   headers: Mapping[str, str] | None = None) -> Response:
-    """One request, the whole body read; raises HTTPClientError or asyncio.TimeoutError."""
+    """One request, the whole body read; raises HTTPClientError (RequestTimeout: "no answer within N s")."""
     host, port, target = split_url(url)
     body = None if json_body is None else json.dumps(json_body).encode()
     hdrs = dict(headers or {})
@@ -140,7 +144,10 @@ async def request(url: str, method: str = "GET", json_body: Any = None, timeout_
         finally:
             writer.transport.abort()
 
-    return await asyncio.wait_for(go(), timeout_s)
+    try:
+        return await asyncio.wait_for(go(), timeout_s)
+    except TimeoutError as e:
+        raise RequestTimeout(f"{method} {url}: no answer within {timeout_s:g} s") from e
 
 
 def chat_body(model: str, prompt: str, max_tokens: int, stream: bool) -> dict[str, Any]:

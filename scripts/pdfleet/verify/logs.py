@@ -38,6 +38,9 @@ class LogSource(Protocol):
     def read(self, worker: Worker) -> str:
         """Everything the worker logged since the mark."""
 
+    def read_before(self, worker: Worker) -> str:
+        """What the worker logged between its unit's (process's) last start and the mark."""
+
 
 @dataclass
 class FileLogs:
@@ -60,6 +63,20 @@ class FileLogs:
         except OSError as e:
             raise LogUnavailable(f"{worker.name}: cannot read {path}: {e}") from e
 
+    def read_before(self, worker: Worker) -> str:
+        """The file up to the mark (a LocalPD log begins when its process starts)."""
+        path = self.files.get(worker.name)
+        if path is None or not path.is_file():
+            return ""
+        try:
+            with path.open("rb") as fh:
+                return fh.read(self.offsets.get(worker.name, 0)).decode(errors="replace")
+        except OSError as e:
+            raise LogUnavailable(f"{worker.name}: cannot read {path}: {e}") from e
+
+
+BEFORE_SUFFIX = ".before.log"  # a journal dump of the unit's last start up to the protocol start
+
 
 @dataclass
 class JournalDirLogs:
@@ -75,6 +92,15 @@ class JournalDirLogs:
             if path.is_file():
                 return path.read_text(errors="replace")
         raise LogUnavailable(f"{worker.name}: no journal dump at {' or '.join(str(p) for p in candidates)}")
+
+    def read_before(self, worker: Worker) -> str:
+        name = worker.name + BEFORE_SUFFIX
+        candidates = [self.directory / worker.host / name, self.directory / name]
+        for path in candidates:
+            if path.is_file():
+                return path.read_text(errors="replace")
+        raise LogUnavailable(f"{worker.name}: no dump of its journal since the unit's last start at "
+                             f"{' or '.join(str(p) for p in candidates)}")
 
 
 @dataclass
@@ -109,32 +135,56 @@ class SSHJournalLogs:
                                  f"{res.stderr.strip()[:200]}")
         return str(res.stdout)
 
+    def read_before(self, worker: Worker) -> str:
+        if not worker.host:
+            raise LogUnavailable(f"{worker.name}: no inventory host to read its journal from")
+        cmd = journal_before_command(worker.name, self.since_epoch)
+        try:
+            res = self._connection(worker.host).run(cmd, hide=True, warn=True, timeout=120)
+        except Exception as e:  # fabric/paramiko raise many types; all mean the same here
+            raise LogUnavailable(f"{worker.name}: journalctl over SSH on {worker.host} failed: {e}") from e
+        if res.return_code != 0:
+            raise LogUnavailable(f"{worker.name}: journalctl (since the unit's last start) on {worker.host} "
+                                 f"exited {res.return_code}: {res.stderr.strip()[:200]}")
+        return str(res.stdout)
+
+
+def journal_before_command(unit: str, until_epoch: float) -> str:
+    """The unit's journal from its current invocation (last start) up to ``until_epoch``, with times."""
+    q = shlex.quote(unit)
+    return (f"id=$(systemctl show -p InvocationID --value {q}) && test -n \"$id\" && "
+            f"journalctl _SYSTEMD_INVOCATION_ID=$id --until @{int(until_epoch)} -o short-iso --no-pager")
+
 
 def journal_command(unit: str, since_epoch: float) -> str:
     return (f"journalctl -u {shlex.quote(unit)} --since @{int(since_epoch)} -o cat --no-pager")
 
 
 def logs_check(workers: list[Worker], source: LogSource | None, s: Settings,
-               metric_deltas: dict[str, dict[str, float]] | None = None) -> CheckResult:
+               metric_deltas: dict[str, dict[str, float]] | None = None,
+               version: str | None = None) -> CheckResult:
     """Check 5: zero thread deaths / transfer errors (/ dropped frames), and proof that aborts happened.
 
-    ``metric_deltas``: per worker, the increase of SGLang's abort counters over the protocol; they count
-    as abort evidence alongside the log lines. Zero aborts => INCONCLUSIVE (the cascade proved nothing).
+    Thread deaths count from each worker's last start, not only from the protocol start: a thread that died
+    before the run (a wedge that predates it) fails the check and is named with its time. Abort evidence is
+    only what the prefill prints after handling a decode's ABORT (see :mod:`pdfleet.verify.signatures`,
+    per ``version``); ``metric_deltas`` (SGLang's generic failure counters) are reported, never counted as
+    evidence: they also rise on the prefill's own aborts and on timeouts. Zero evidence => INCONCLUSIVE.
     """
     t0 = time.monotonic()
-    from pdfleet.verify.metrics import TRANSFER_ABORT_COUNTERS
-
     total = LogScan()
+    before_total = LogScan()
     detail: dict[str, Any] = {}
     failures: list[str] = []
     unreadable: list[str] = []
+    gaps: list[str] = []
     if source is None:
         return CheckResult("logs", INCONCLUSIVE, "no log source: thread deaths cannot be ruled out "
                            "(give --log-file, --journal-dir or an inventory with SSH access)",
                            failures=["no log source"])
     for w in workers:
         try:
-            scan = scan_text(source.read(w))
+            scan = scan_text(source.read(w), version)
         except LogUnavailable as e:
             unreadable.append(str(e))
             detail[w.name] = {"error": str(e)}
@@ -143,54 +193,89 @@ def logs_check(workers: list[Worker], source: LogSource | None, s: Settings,
         detail[w.name] = scan.to_dict()
         if scan.lines == 0:  # a worker that served the protocol's requests logs something: wrong unit or source?
             unreadable.append(f"{w.name}: its log since the protocol start is empty ({source.description})")
-    metric_aborts = metric_transfer_aborts = 0.0
+        before = _read_before(source, w)
+        if isinstance(before, LogUnavailable):
+            gaps.append(str(before))
+            detail[w.name]["before_protocol"] = {"error": str(before)}
+            continue
+        early = scan_text(before, version)
+        before_total.add(early)
+        for death in early.deaths:
+            death["worker"] = w.name
+        detail[w.name]["before_protocol"] = {"lines": early.lines, "thread_death": early.counts["thread_death"],
+                                             "transfer_error": early.counts["transfer_error"],
+                                             "deaths": early.deaths}
     for name, deltas in (metric_deltas or {}).items():
-        metric_aborts += sum(deltas.values())
-        metric_transfer_aborts += sum(v for k, v in deltas.items() if k in TRANSFER_ABORT_COUNTERS)
         detail.setdefault(name, {})["metric_deltas"] = deltas
     c = total.counts
+    early_deaths = before_total.counts["thread_death"]
+    if early_deaths:
+        first = before_total.deaths[0]
+        failures.append(f"{early_deaths} thread death(s) BEFORE the protocol started (since the unit's last "
+                        f"start): {first.get('worker', '?')} at {first['time']}: {first['line']!r}")
     if c["thread_death"]:
         failures.append(f"{c['thread_death']} thread-death signature line(s) "
                         f"(e.g. {total.examples.get('thread_death', ['?'])[0]!r})")
-    if c["transfer_error"]:
-        failures.append(f"{c['transfer_error']} transfer-worker error line(s) "
-                        f"(e.g. {total.examples.get('transfer_error', ['?'])[0]!r})")
+    if c["transfer_error"] or before_total.counts["transfer_error"]:
+        example = (total.examples.get("transfer_error") or before_total.examples.get("transfer_error") or ["?"])[0]
+        failures.append(f"{c['transfer_error'] + before_total.counts['transfer_error']} transfer-worker error "
+                        f"line(s) (e.g. {example!r})")
     if c["dropped_frame"] and not s.allow_dropped_frames:
         failures.append(f"{c['dropped_frame']} dropped/foreign KV frame warning(s): the thread survived, but a "
                         f"message was lost (e.g. {total.examples.get('dropped_frame', ['?'])[0]!r})")
-    aborts = max(c["abort"], int(metric_aborts))
-    transfer_aborts = max(total.transfer_abort, int(metric_transfer_aborts))
-    measured = {"thread_death": c["thread_death"], "transfer_error": c["transfer_error"],
-                "dropped_frame": c["dropped_frame"], "abort_events": aborts, "abort_log_lines": c["abort"],
-                "abort_metric_delta": int(metric_aborts), "transfer_aborts": transfer_aborts,
-                "uncaught_tracebacks": total.uncaught_tracebacks, "lines_scanned": total.lines,
-                "source": source.description}
+    # A monolithic (non-PD) cluster has no KV transfer and no ABORT message: there the client aborts the
+    # server logged (http_server "Client disconnected", the scheduler's "Abort ... request.") are the evidence.
+    is_pd = any(w.role in ("prefill", "decode") for w in workers)
+    aborts = total.aborts_handled if is_pd else c["abort"]
+    deaths = total.deaths + before_total.deaths
+    measured = {"thread_death": c["thread_death"] + early_deaths, "thread_death_before_protocol": early_deaths,
+                "transfer_error": c["transfer_error"] + before_total.counts["transfer_error"],
+                "dropped_frame": c["dropped_frame"], "abort_events": aborts,
+                "aborts_handled_by_prefill": total.aborts_handled, "client_abort_lines": c["abort"],
+                "generic_failure_metric_delta": int(sum(sum(d.values()) for d in (metric_deltas or {}).values())),
+                "uncaught_tracebacks": total.uncaught_tracebacks + before_total.uncaught_tracebacks,
+                "lines_scanned": total.lines, "lines_before_protocol": before_total.lines,
+                "deaths": deaths[:10], "sglang_version": version, "source": source.description}
     thresholds = {"thread_death": 0, "transfer_error": 0,
                   "dropped_frame": "counted only" if s.allow_dropped_frames else 0,
-                  "abort_events_min": s.min_abort_events, "transfer_aborts_min": s.min_transfer_aborts}
-    # A monolithic (non-PD) cluster has no KV transfer to abort: only the PD rule is waived there.
-    is_pd = any(w.role in ("prefill", "decode") for w in workers)
-    status, summary = _logs_status(failures, unreadable, aborts, transfer_aborts if is_pd else None, s)
+                  "abort_events_min": s.min_abort_events,
+                  "abort_evidence": "prefill handled a decode ABORT" if is_pd else "client abort lines (no PD)"}
+    status, summary = _logs_status(failures, unreadable, aborts, is_pd, s)
+    if gaps:
+        summary += f"; {len(gaps)} worker(s) without their log since the last start (deaths before the " \
+                   "protocol not ruled out)"
+        detail["gaps"] = gaps
     if unreadable:
         failures += unreadable
     return CheckResult("logs", status, summary, measured, thresholds, failures, detail, time.monotonic() - t0)
 
 
-def _logs_status(failures: list[str], unreadable: list[str], aborts: int, transfer_aborts: int | None,
+def _read_before(source: LogSource, worker: Worker) -> str | LogUnavailable:
+    """What the worker logged between its unit's last start and the mark ('' when the source has none)."""
+    reader = getattr(source, "read_before", None)
+    if reader is None:
+        return LogUnavailable(f"{worker.name}: {source.description} cannot read the log before the protocol")
+    try:
+        return str(reader(worker))
+    except LogUnavailable as e:
+        return e
+
+
+def _logs_status(failures: list[str], unreadable: list[str], aborts: int, is_pd: bool,
                  s: Settings) -> tuple[str, str]:
     if failures:
         return "fail", "; ".join(failures)
     gap = (f"{len(unreadable)} worker log(s) unreadable or empty: cannot rule out a thread death"
            if unreadable else "")
     if aborts < s.min_abort_events:
-        return INCONCLUSIVE, (f"{aborts} abort event(s) (need >= {s.min_abort_events}): the cascade did not "
-                              "exercise the abort path, so a clean log proves nothing" + (f"; {gap}" if gap else ""))
+        what = ("ABORT message(s) handled by the prefill" if is_pd else "client abort line(s)")
+        return INCONCLUSIVE, (f"{aborts} {what} (need >= {s.min_abort_events}): the cascade did not exercise "
+                              "the abort path, so a clean log proves nothing"
+                              + (" (use --kill-mode spread or longer prompts)" if is_pd else "")
+                              + (f"; {gap}" if gap else ""))
     if gap:
         return INCONCLUSIVE, gap
-    if transfer_aborts is None:
-        return "pass", f"clean: 0 thread deaths, 0 transfer errors; {aborts} aborts (no PD workers)"
-    if transfer_aborts < s.min_transfer_aborts:
-        return INCONCLUSIVE, (f"{aborts} abort(s) but {transfer_aborts} hit a pending KV transfer (need >= "
-                              f"{s.min_transfer_aborts}): no ABORT reached the prefill; use --kill-mode spread "
-                              "or longer prompts")
-    return "pass", f"clean: 0 thread deaths, 0 transfer errors; {aborts} aborts ({transfer_aborts} mid-transfer)"
+    if not is_pd:
+        return "pass", f"clean: 0 thread deaths, 0 transfer errors; {aborts} client aborts (no PD workers)"
+    return "pass", (f"clean since the workers' last start: 0 thread deaths, 0 transfer errors; {aborts} ABORT "
+                    "message(s) handled by the prefill")

@@ -14,7 +14,16 @@ QUEUE_GAUGES: tuple[str, ...] = (
     "sglang:num_running_reqs",
     "sglang:num_queue_reqs",
 )
-# Counters whose increase over the protocol is evidence that the abort path ran.
+# The gauges each role must export for "idle" to mean anything (a gauge it lacks is reported missing).
+ROLE_GAUGES: dict[str, tuple[str, ...]] = {
+    "prefill": ("sglang:num_prefill_bootstrap_queue_reqs", "sglang:num_prefill_inflight_queue_reqs",
+                "sglang:num_running_reqs", "sglang:num_queue_reqs"),
+    "decode": ("sglang:num_decode_prealloc_queue_reqs", "sglang:num_decode_transfer_queue_reqs",
+               "sglang:num_running_reqs", "sglang:num_queue_reqs"),
+    "mono": ("sglang:num_running_reqs", "sglang:num_queue_reqs"),
+}
+# SGLang's generic failure counters: reported over the protocol, never abort evidence (they also rise on
+# the prefill's own aborts and on timeouts; see pdfleet.verify.signatures).
 ABORT_COUNTERS: tuple[str, ...] = (
     "sglang:num_aborted_requests_total",
     "sglang:num_bootstrap_failed_reqs_total",
@@ -64,6 +73,11 @@ def queue_depths(metrics: dict[str, float]) -> dict[str, float]:
         if value is not None:
             out[name] = value
     return out
+
+
+def missing_gauges(metrics: dict[str, float], role: str) -> list[str]:
+    """The queue gauges ``role`` should export that ``metrics`` lacks."""
+    return [name for name in ROLE_GAUGES.get(role, ()) if _lookup(metrics, name) is None]
 
 
 def counter_deltas(before: dict[str, float], after: dict[str, float],

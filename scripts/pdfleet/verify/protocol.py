@@ -123,8 +123,9 @@ async def run_protocol(target: Target, s: Settings, logs: LogSource | None, defe
             record(CheckResult("logs", DEFERRED, "deferred: resume with --resume REPORT --journal-dir DIR"))
         else:
             _say(out, f"logs: {logs.description if logs else 'no source'} since the protocol start")
-            record(logs_check(target.workers, logs, s, report.metric_deltas))
+            record(logs_check(target.workers, logs, s, report.metric_deltas, target.sglang_version))
     report.checks = [results[n] for n in CHECK_NAMES if n in results]
+    _store_baseline(report, s, out)
     wall = time.monotonic() - t0
     windows = s.window_s * s.cycles if "cascade" in results and results["cascade"].measured else 0.0
     report.timings = {"wall_s": round(wall, 3), "kill_windows_s": windows,
@@ -145,14 +146,28 @@ async def _bench(target: Target, model: str, s: Settings, report: Report, out: T
     except (RuntimeError, ValueError, OSError) as e:
         error = str(e)
     versions = {"sglang": target.sglang_version, "servers": report.server_versions}
-    return bench.bench_check(result, error, target.baseline_key, s, versions, time.monotonic() - t0)
+    return bench.bench_check(result, error, target.profile, s, versions, time.monotonic() - t0,
+                             key=bench.baseline_key(report.target))
 
 
 def resume_with_journals(report: Report, journal_dir: Path, s: Settings, out: TextIO = sys.stderr) -> Report:
     """Finish a ``--defer-logs`` report: scan the journal dumps Ansible collected, recompute the verdict."""
     workers = [Worker(**w) for w in report.target.get("workers", [])]
     _say(out, f"logs: journal dumps in {journal_dir} for {len(workers)} workers")
-    report.replace(logs_check(workers, JournalDirLogs(journal_dir), s, report.metric_deltas))
+    report.replace(logs_check(workers, JournalDirLogs(journal_dir), s, report.metric_deltas,
+                                  report.target.get("sglang_version")))
     order = {n: i for i, n in enumerate(CHECK_NAMES)}
     report.checks.sort(key=lambda c: order.get(c.name, len(order)))
+    _store_baseline(report, s, out)
     return report
+
+
+def _store_baseline(report: Report, s: Settings, out: TextIO) -> None:
+    """Once the verdict is known: a passing run with no baseline (or --save-baseline) stores its benchmark."""
+    try:
+        note = bench.store_if_passed(report.verdict, report.check("bench"), s)
+    except (OSError, ValueError) as e:
+        note = f"benchmark NOT stored as the baseline: {e}"
+    if note:
+        report.baseline_note = note
+        _say(out, note)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,7 @@ class Settings:
     probe_deadline_s: float = 60.0
     idle_deadline_s: float = 60.0
     # 5. logs
-    min_abort_events: int = 1
-    min_transfer_aborts: int = 1
+    min_abort_events: int = 1  # ABORT messages the prefill handled (PD); client aborts on a mono cluster
     allow_dropped_frames: bool = False
     # 6. benchmark
     bench_requests: int = 64
@@ -54,13 +54,18 @@ class Settings:
     bench_tool: str = "pdfleet"  # or "sglang" (python -m sglang.bench_serving --dataset-name random-ids)
     bench_python: str = "python3"
     bench_tokenizer: str = ""
-    baseline_file: Path = field(default_factory=lambda: Path("reports/baselines.json"))
+    # where baselines live: keep this file under version control with the inventory (reports/ is not committed)
+    baseline_file: Path = field(default_factory=lambda: Path(os.environ.get("PDFLEET_BASELINE_FILE",
+                                                                            "reports/baselines.json")))
     save_baseline: bool = False
     tol_throughput: float = 0.10  # may drop by at most 10 %
     tol_ttft: float = 0.25  # median TTFT may grow by at most 25 %
     tol_tpot: float = 0.15  # median TPOT may grow by at most 15 %
     # which checks to skip on purpose
     skip: tuple[str, ...] = ()
+    # a run without the evidence the protocol exists for (no cascade or logs check, 0 cycles, 0 aborts
+    # required) is INCOMPLETE (exit 2) unless this is set; the report then lists what is missing
+    allow_incomplete: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -1,12 +1,17 @@
 """What the logs check looks for, and how one log text is classified.
 
+Every pattern names the line of the real SGLang code (or of our patch) that prints it, per pinned version;
+the tests feed the classifier lines captured from that code running (``tests/verify/test_signatures_real.py``
+runs the real ``bootstrap_thread`` and ``transfer_worker`` of each version on CPU).
+
 Categories (each line counts once, in the first category that matches, in this order):
 
 ``thread_death`` (must be 0)
     the incident's assert (``First message should be``, ``Foreign traffic``), Python's report of a thread
-    that died (``Exception in thread``), SGLang 0.5.21+'s ``bootstrap_thread died``, and any
-    ``Traceback`` that no other signature on the lines just before it explains (an uncaught exception:
-    the protocol cannot tell which thread it killed, so it assumes the worst).
+    that died (``Exception in thread``), SGLang 0.5.21+'s ``bootstrap_thread died``, and any ``Traceback``
+    that is neither the traceback of a line already counted as a failure nor a known benign shape of the
+    abort path (:data:`BENIGN_TRACEBACKS`: header line *and* exception type/message). Such a traceback is
+    quoted (its header and its exception line): the protocol cannot tell which thread it killed.
 ``transfer_error`` (must be 0)
     ``Unexpected transfer worker error`` and the ``room in self.transfer_infos`` assertion.
 ``dropped_frame`` (must be 0 unless ``--allow-dropped-frames``)
@@ -14,23 +19,40 @@ Categories (each line counts once, in the first category that matches, in this o
     skipped), ``Malformed ABORT message skipped`` and ``bootstrap_thread dropped a message``. The thread
     survives these by design, so they are not thread deaths; but during the protocol the only peer of the
     prefill's socket is our own decode, which sends GUARD and ABORT frames only. A skipped frame there
-    means a message of our own cluster was lost (a room can leak until the waiting timeout) or that
-    prefill and decode speak different frame versions: a defect the patch masks, not noise. So it fails
-    the check by default, reported under its own name so nobody mistakes it for the wedge.
-``abort`` (must be >= ``--min-abort-events``)
-    ``Aborted by AbortReq``, ``Client disconnected``, ``Aborted by decode-side abort notification``,
-    and SGLang's debug-level ``Abort … request.`` lines.
+    means a message of our own cluster was lost or that prefill and decode speak different frame
+    versions: a defect the patch masks, not noise.
+``abort`` (information only)
+    client-side aborts: ``Client disconnected``, ``Aborted by AbortReq``, the scheduler's ``Abort … queue
+    request.``. They prove sessions were killed, not that an ``ABORT`` reached the prefill.
 
-``transfer_abort`` is a sub-count of ``abort``: aborts that hit a request whose KV handshake or transfer
-was still pending (``Decode transfer|handshake failed … Aborted by AbortReq``, the prefill's
-``decode-side abort notification``, ``Abort prealloc|transfer|bootstrap|inflight queue request``) — the
-path that pushes ``ABORT`` to the prefill, the one the incident is about.
+Abort *evidence* (:data:`ABORT_HANDLED`, counted per distinct room in :attr:`LogScan.aborts_handled`) is
+only what the prefill prints after its bootstrap thread received and handled a decode's ``ABORT``
+message: the failure reason that handler records (``Aborted by decode-side abort notification.``, shown
+by the prefill scheduler's ``Prefill transfer|bootstrap failed … with exception KVTransferError(…)``
+warning) and the handler's own ``Received abort notification for room N, marked as Failed|ignoring …``
+(debug level: the warning appears only when the decode's ABORT beats the prefill's own abort of the same
+request, so a conclusive run logs the prefill at ``--log-level debug``; the sim and LocalPD do).
+Generic failure counters and lines (``num_bootstrap_failed_reqs``, ``Prefill … failed`` with any other
+reason) also rise on the prefill's own aborts and on timeouts, so they prove nothing.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A log line pattern and where the real code prints it (file:line per version)."""
+
+    pattern: re.Pattern[str]
+    printed_by: str
+
+
+def _sig(pattern: str, printed_by: str) -> Signature:
+    return Signature(re.compile(pattern), printed_by)
+
 
 THREAD_DEATH = (
     re.compile(r"First message should be"),
@@ -53,17 +75,63 @@ ABORT = (
     re.compile(r"Aborted by decode-side abort notification"),
     re.compile(r"Abort \w+ (?:queue )?request\."),
 )
-TRANSFER_ABORT = (
-    re.compile(r"Decode (?:transfer|handshake) failed .*Aborted by AbortReq"),
-    re.compile(r"Aborted by decode-side abort notification"),
-    re.compile(r"Abort (?:prealloc|transfer|bootstrap|inflight) queue request"),
+
+# The prefill handled a decode's ABORT message, per pinned SGLang version (patched where the version
+# needs our patch to handle it at all; pristine 0.5.15.post1 has no ABORT branch: its thread dies).
+_HANDLED_REASON = r"Aborted by decode-side abort notification"
+# Both branches of the handler: the room was marked Failed, or it had already concluded ("ignoring"). Either
+# way the prefill's bootstrap thread received the ABORT and survived it (pristine 0.5.15.post1 dies instead).
+_HANDLED_DEBUG = r"Received abort notification for room (?P<room>\d+), (?:marked as Failed|ignoring)"
+ABORT_HANDLED: dict[str, tuple[Signature, ...]] = {
+    "0.5.15.post1": (
+        _sig(_HANDLED_REASON,
+             "our patch (ansible/roles/sglang/files/patches/0.5.15.post1/nixl-conn.patch, "
+             "_handle_abort_notification: record_failure), printed by sglang/srt/disaggregation/prefill.py:778-789 "
+             "(transfer) and :862-876 (bootstrap) via KVTransferError.__str__ (common/conn.py:64-65)"),
+        _sig(_HANDLED_DEBUG, "our patch, _handle_abort_notification logger.debug (both branches)"),
+    ),
+    "0.5.23": (
+        _sig(_HANDLED_REASON,
+             "sglang/srt/disaggregation/nixl/conn.py:3322-3325 (record_failure), printed by "
+             "disaggregation/prefill.py:1286-1300 (transfer) and :1354-1368 (bootstrap) via "
+             "KVTransferError.__str__ (common/conn.py:115-116)"),
+        _sig(_HANDLED_DEBUG, "sglang/srt/disaggregation/nixl/conn.py:3327-3335 (logger.debug, both branches)"),
+    ),
+}
+_ROOM = (re.compile(r"bootstrap_room=(?P<room>\d+)"), re.compile(r"\broom[= ](?P<room>\d+)"))
+
+
+@dataclass(frozen=True)
+class BenignTraceback:
+    """A traceback the abort path prints by design: its header line and its final exception line."""
+
+    header: re.Pattern[str]
+    exception: re.Pattern[str]
+    versions: tuple[str, ...]
+    printed_by: str
+
+
+# SGLang 0.5.23's prefill notifies its KV sender of an abort "best effort" and logs a failure with
+# logger.exception (prefill.py:1336-1341, the comment there: "Transport notification is best effort");
+# only a ZMQ transport error is the expected shape. Any other exception under that header is quoted.
+BENIGN_TRACEBACKS: tuple[BenignTraceback, ...] = (
+    BenignTraceback(re.compile(r"Failed to notify KV sender of abort for "),
+                    re.compile(r"^(?:zmq\.error\.)?(?:ZMQError|Again|ContextTerminated)\b"),
+                    ("0.5.23",), "sglang/srt/disaggregation/prefill.py:1336-1341"),
 )
+
 TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\)")
-# How many preceding lines may explain a traceback (the logger.exception line, "Exception in thread").
-TRACEBACK_LOOKBACK = 3
+CHAINED = re.compile(r"^(During handling of the above exception|The above exception was the direct cause)")
+EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s*(?P<message>.*))?$")
+TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})")
+# journalctl -o short-iso: "2026-01-01T09:00:00+0000 host unit[pid]: message" (the dumps since the last start)
+JOURNAL_PREFIX = re.compile(r"^(?P<time>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\S*) \S+ [^:\s]+: ")
 CATEGORIES = (("thread_death", THREAD_DEATH), ("transfer_error", TRANSFER_ERROR),
               ("dropped_frame", DROPPED_FRAME), ("abort", ABORT))
+FAILURE_CATEGORIES = ("thread_death", "transfer_error", "dropped_frame")
 EXAMPLES_KEPT = 3
+# Kept for callers of the previous API: how many lines before a traceback used to explain it.
+TRACEBACK_LOOKBACK = 1
 
 
 @dataclass
@@ -72,22 +140,30 @@ class LogScan:
 
     lines: int = 0
     counts: dict[str, int] = field(default_factory=lambda: {name: 0 for name, _ in CATEGORIES})
-    transfer_abort: int = 0
+    aborts_handled: int = 0  # distinct rooms whose decode ABORT the prefill handled (the evidence)
     uncaught_tracebacks: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
+    deaths: list[dict[str, str]] = field(default_factory=list)  # each thread death: line and time
+    _rooms: set[str] = field(default_factory=set)
+
+    @property
+    def transfer_abort(self) -> int:  # the previous name of the evidence count
+        return self.aborts_handled
 
     def add(self, other: LogScan) -> None:
         self.lines += other.lines
         for k, v in other.counts.items():
             self.counts[k] = self.counts.get(k, 0) + v
-        self.transfer_abort += other.transfer_abort
+        self.aborts_handled += other.aborts_handled
         self.uncaught_tracebacks += other.uncaught_tracebacks
+        self.deaths += other.deaths
         for k, v in other.examples.items():
             self.examples.setdefault(k, []).extend(v[: EXAMPLES_KEPT - len(self.examples.get(k, []))])
 
     def to_dict(self) -> dict[str, object]:
-        return {"lines": self.lines, **self.counts, "transfer_abort": self.transfer_abort,
-                "uncaught_tracebacks": self.uncaught_tracebacks, "examples": self.examples}
+        return {"lines": self.lines, **self.counts, "aborts_handled": self.aborts_handled,
+                "uncaught_tracebacks": self.uncaught_tracebacks, "examples": self.examples,
+                "deaths": self.deaths}
 
 
 def classify(line: str) -> str | None:
@@ -97,33 +173,111 @@ def classify(line: str) -> str | None:
     return None
 
 
+def handled_signatures(version: str | None) -> tuple[Signature, ...]:
+    """The abort-evidence signatures of ``version``; every known version's for an unknown one."""
+    if version in ABORT_HANDLED:
+        return ABORT_HANDLED[version]
+    seen: dict[str, Signature] = {}
+    for sigs in ABORT_HANDLED.values():
+        for sig in sigs:
+            seen.setdefault(sig.pattern.pattern, sig)
+    return tuple(seen.values())
+
+
 def _example(scan: LogScan, category: str, line: str) -> None:
     kept = scan.examples.setdefault(category, [])
     if len(kept) < EXAMPLES_KEPT:
         kept.append(line.strip()[:300])
 
 
-def scan_text(text: str) -> LogScan:
+def _room_of(line: str, match: re.Match[str]) -> str | None:
+    if match.groupdict().get("room"):
+        return match.group("room")
+    for pattern in _ROOM:
+        m = pattern.search(line)
+        if m:
+            return m.group("room")
+    return None
+
+
+def _benign(header: str, exception: str, version: str | None) -> bool:
+    return any(b.header.search(header) and b.exception.search(exception)
+               and (version is None or version not in ABORT_HANDLED or version in b.versions)
+               for b in BENIGN_TRACEBACKS)
+
+
+@dataclass
+class _Traceback:
+    header: str
+    header_category: str | None
+    exception: str = ""
+
+
+def scan_text(text: str, version: str | None = None) -> LogScan:
+    """Classify every line of one worker's log; ``version`` picks the abort-evidence signatures."""
     scan = LogScan()
-    recent: list[str | None] = []  # categories of the last few non-empty lines
-    for line in text.splitlines():
+    handled = handled_signatures(version)
+    header, header_category, last_time = "", None, ""
+    tb: _Traceback | None = None
+    for raw in text.splitlines():
+        prefix = JOURNAL_PREFIX.match(raw)
+        line = raw[prefix.end():] if prefix else raw
         if not line.strip():
             continue
         scan.lines += 1
+        stamp = TIMESTAMP.search(raw)
+        if stamp:
+            last_time = stamp.group(1)
         if TRACEBACK.search(line):
-            if not any(recent[-TRACEBACK_LOOKBACK:]):
-                scan.counts["thread_death"] += 1
-                scan.uncaught_tracebacks += 1
-                _example(scan, "thread_death", line)
-            recent.append(None)
+            if tb is None:  # a chained traceback continues the one before it
+                tb = _Traceback(header, header_category)
             continue
-        category = classify(line)
-        if category is not None:
-            scan.counts[category] += 1
-            if category == "abort" and any(p.search(line) for p in TRANSFER_ABORT):
-                scan.transfer_abort += 1
-            if category != "abort":
-                _example(scan, category, line)
-        recent.append(category)
-        del recent[:-TRACEBACK_LOOKBACK]
+        if tb is not None:
+            if line.startswith((" ", "\t")) or CHAINED.search(line):
+                continue
+            m = EXCEPTION_LINE.match(line.strip())
+            if m and not line.startswith("["):
+                tb.exception = line.strip()
+                _classify_line(scan, line, handled, last_time)  # e.g. the assert's message
+                continue
+            _close_traceback(scan, tb, version, last_time)
+            tb = None
+        header_category = _classify_line(scan, line, handled, last_time)
+        header = line
+    if tb is not None:
+        _close_traceback(scan, tb, version, last_time)
+    scan.aborts_handled = len(scan._rooms) + scan.aborts_handled
     return scan
+
+
+def _classify_line(scan: LogScan, line: str, handled: tuple[Signature, ...], when: str) -> str | None:
+    category = classify(line)
+    if category is not None:
+        scan.counts[category] += 1
+        if category != "abort":
+            _example(scan, category, line)
+        if category == "thread_death":
+            scan.deaths.append({"line": line.strip()[:300], "time": when or "unknown"})
+    for sig in handled:
+        m = sig.pattern.search(line)
+        if m:
+            room = _room_of(line, m)
+            if room is None:
+                scan.aborts_handled += 1
+            else:
+                scan._rooms.add(room)
+            break
+    return category
+
+
+def _close_traceback(scan: LogScan, tb: _Traceback, version: str | None, when: str) -> None:
+    """A traceback under a counted failure line belongs to it; a benign shape is excused; else a death."""
+    if tb.header_category in FAILURE_CATEGORIES:
+        return
+    if _benign(tb.header, tb.exception, version):
+        return
+    scan.counts["thread_death"] += 1
+    scan.uncaught_tracebacks += 1
+    quote = f"uncaught {tb.exception or 'exception'} (after: {tb.header.strip()[:150]!r})"
+    _example(scan, "thread_death", quote)
+    scan.deaths.append({"line": quote[:300], "time": when or "unknown"})
