@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from plan_support import EXAMPLES, apply_edits
 from pdfleet.cli import main
 from pdfleet.cluster import plan_inventory
 from pdfleet.errors import PlanError
 from pdfleet.paths import REPO_ROOT
+from plan_support import EXAMPLES, apply_edits
 
 FLEET = EXAMPLES / "pd-fleet"
 BASE = yaml.safe_load((FLEET / "group_vars" / "all" / "cluster.yml").read_text())["pdfleet_cluster"]
