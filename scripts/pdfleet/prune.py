@@ -1,0 +1,152 @@
+"""What a converge removes: the pdfleet units a host has that the plan no longer names for it.
+
+Every unit pdfleet renders carries ``X-Pdfleet-Kind/Role/Url`` lines in its ``[Unit]`` section
+(templates/*.service.j2; systemd ignores ``X-`` keys). A ``pdfleet-*.service`` in /etc/systemd/system with
+those lines whose name the plan does not give that host is *stale*: the units role drains it (a worker),
+stops, disables and deletes it and its own environment file before the planned units start. One named
+``pdfleet-*`` without them was not made by pdfleet: it is *foreign*, never touched, and reported.
+
+The same parser serves the three readers: the units role (the ``pdfleet_units_prune`` filter over the
+files it slurped), ``pdfleet plan --removals`` (over SSH, :data:`SCAN_COMMAND`) and conformance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import PurePosixPath
+
+UNIT_DIR = "/etc/systemd/system"
+UNIT_PREFIX = "pdfleet-"
+UNIT_GLOB = f"{UNIT_PREFIX}*.service"
+MARKER_KEYS = ("X-Pdfleet-Kind", "X-Pdfleet-Role", "X-Pdfleet-Url")
+_SCAN_SEPARATOR = "@@pdfleet-unit"
+# One SSH round trip: every pdfleet-*.service file of the unit directory, each after a separator line
+# that carries its path and `systemctl is-active` state. Read-only.
+SCAN_COMMAND = (
+    f"for f in {UNIT_DIR}/{UNIT_GLOB}; do [ -e \"$f\" ] || continue; "
+    f"echo \"{_SCAN_SEPARATOR} $f $(systemctl is-active \"${{f##*/}}\" 2>/dev/null)\"; cat \"$f\"; echo; done"
+)
+
+
+@dataclass(frozen=True)
+class InstalledUnit:
+    """A ``pdfleet-*.service`` file found on a host."""
+
+    name: str  # without .service
+    path: str
+    marked: bool  # carries pdfleet's X-Pdfleet-* marker: pdfleet created it
+    kind: str = ""  # worker | router (marked units only)
+    role: str = ""  # prefill | decode | mono | router
+    url: str = ""  # where it serves (a worker's URL as the router lists it)
+    env_files: tuple[str, ...] = ()  # its own environment file(s): <config_dir>/<name>.env
+    active: str = ""  # systemctl is-active, when the reader asked
+
+
+@dataclass(frozen=True)
+class HostRemovals:
+    """What a converge does to one host's unplanned ``pdfleet-*`` units."""
+
+    host: str
+    stale: tuple[InstalledUnit, ...] = ()  # pdfleet's, not planned here: drained, stopped, removed
+    foreign: tuple[InstalledUnit, ...] = ()  # not pdfleet's: left alone, reported
+    planned: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"host": self.host, "planned": list(self.planned), "stale": [asdict(u) for u in self.stale],
+                "foreign": [asdict(u) for u in self.foreign]}
+
+    def warnings(self) -> list[str]:
+        return [foreign_warning(self.host, u) for u in self.foreign]
+
+
+def foreign_warning(host: str, unit: InstalledUnit) -> str:
+    return (f"{host}: {unit.path} is named like a pdfleet unit but pdfleet did not create it (no X-Pdfleet-Kind "
+            f"line); left alone. Rename it outside the {UNIT_PREFIX}* convention, or remove it by hand.")
+
+
+def unit_name(path: str) -> str:
+    name = PurePosixPath(path).name
+    return name[: -len(".service")] if name.endswith(".service") else name
+
+
+def parse_unit(path: str, text: str, active: str = "") -> InstalledUnit:
+    """Read pdfleet's marker and the unit's own environment files from a unit file's text."""
+    name = unit_name(path)
+    values: dict[str, str] = {}
+    env_files: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        key, value = key.strip(), value.strip()
+        if key in MARKER_KEYS:
+            values[key] = value
+        elif key == "EnvironmentFile":
+            env = value.lstrip("-")
+            # only the unit's own file: secrets.env and anything else are shared or not ours to delete
+            if PurePosixPath(env).name == f"{name}.env":
+                env_files.append(env)
+    marked = bool(values.get("X-Pdfleet-Kind"))
+    return InstalledUnit(name=name, path=path, marked=marked, kind=values.get("X-Pdfleet-Kind", ""),
+                         role=values.get("X-Pdfleet-Role", ""), url=values.get("X-Pdfleet-Url", "").rstrip("/"),
+                         env_files=tuple(env_files) if marked else (), active=active)
+
+
+def parse_scan(stdout: str) -> list[InstalledUnit]:
+    """Units from the output of :data:`SCAN_COMMAND`."""
+    out: list[InstalledUnit] = []
+    path, active = "", ""
+    lines: list[str] = []
+    for line in [*stdout.splitlines(), f"{_SCAN_SEPARATOR} "]:
+        if line.startswith(_SCAN_SEPARATOR + " "):
+            if path:
+                out.append(parse_unit(path, "\n".join(lines), active))
+            words = line.split()
+            path, active, lines = (words[1] if len(words) > 1 else ""), (words[2] if len(words) > 2 else ""), []
+        else:
+            lines.append(line)
+    return out
+
+
+def removals(host: str, installed: Iterable[InstalledUnit], planned: Iterable[str]) -> HostRemovals:
+    """Sort a host's unplanned pdfleet-* units into stale (ours) and foreign (not ours)."""
+    names = tuple(sorted(set(planned)))
+    unplanned = sorted((u for u in installed if u.name.startswith(UNIT_PREFIX) and u.name not in names),
+                       key=lambda u: u.name)
+    # Workers before the router: a stale router goes last, so it keeps serving while its workers drain.
+    stale = tuple(sorted((u for u in unplanned if u.marked), key=lambda u: (u.kind == "router", u.name)))
+    return HostRemovals(host, stale, tuple(u for u in unplanned if not u.marked), names)
+
+
+def removals_from_slurp(host: str, slurped: Iterable[Mapping[str, object]], planned: Iterable[str]) -> HostRemovals:
+    """The units role's view: ``ansible.builtin.slurp`` results (base64 ``content``, ``source``) of its files."""
+    import base64
+
+    units = []
+    for result in slurped:
+        if result.get("skipped") or "content" not in result:
+            continue
+        text = base64.b64decode(str(result["content"])).decode("utf-8", errors="replace")
+        units.append(parse_unit(str(result.get("source", "")), text))
+    return removals(host, units, planned)
+
+
+def active_unplanned(host: str, active_names: Iterable[str], installed: Iterable[InstalledUnit],
+                     planned: Iterable[str]) -> list[str]:
+    """Conformance: one problem per running ``pdfleet-*`` unit the plan does not name for ``host``."""
+    by_name = {u.name: u for u in installed}
+    wanted = set(planned)
+    out = []
+    for name in sorted({n[: -len(".service")] if n.endswith(".service") else n for n in active_names}):
+        if not name.startswith(UNIT_PREFIX) or name in wanted:
+            continue
+        unit = by_name.get(name)
+        if unit is not None and unit.marked:
+            fix = "pdfleet created it: run site.yml to drain and remove it"
+        else:
+            fix = "pdfleet did not create it: stop it, or rename it outside the pdfleet-* convention"
+        out.append(f"{host}: {name}.service is running but the plan does not name it for this host ({fix})")
+    return out
+
