@@ -53,8 +53,11 @@ class HostRemovals:
     planned: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, object]:
-        return {"host": self.host, "planned": list(self.planned), "stale": [asdict(u) for u in self.stale],
-                "foreign": [asdict(u) for u in self.foreign]}
+        def plain(u: InstalledUnit) -> dict[str, object]:
+            return dict(asdict(u), env_files=list(u.env_files))
+
+        return {"host": self.host, "planned": list(self.planned), "stale": [plain(u) for u in self.stale],
+                "foreign": [plain(u) for u in self.foreign]}
 
     def warnings(self) -> list[str]:
         return [foreign_warning(self.host, u) for u in self.foreign]

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 
 from pdfleet import conformance as c
+from pdfleet import prune
 
 from .conftest import hosts
 
@@ -117,6 +118,16 @@ def test_units_enabled_and_active(target, node):
             state = node.run(f"systemctl is-active {unit.name}").stdout.strip()
             bad.append(f"{unit.name} is {'enabled' if svc.is_enabled else 'not enabled'} and {state}")
     assert not bad, f"{target.name}: " + "; ".join(bad) + " (expected enabled and active)"
+
+
+@hosts("all")
+def test_no_unplanned_pdfleet_unit_runs(target, node):
+    listed = _run(node, "systemctl list-units --type=service --state=active --plain --no-legend 'pdfleet-*'")
+    assert listed.rc == 0, f"{target.name}: systemctl list-units failed (rc {listed.rc}): {listed.stderr.strip()[:300]}"
+    active = [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]
+    installed = prune.parse_scan(_run(node, prune.SCAN_COMMAND).stdout)
+    problems = prune.active_unplanned(target.name, active, installed, [u.name for u in target.units])
+    assert not problems, _problems(problems)
 
 
 @hosts("units")

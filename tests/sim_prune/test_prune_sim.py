@@ -1,0 +1,170 @@
+"""A converge leaves the host as the plan says, no more and no less (issue 15), on one scratch sim cluster.
+
+In file order: check mode lists a removal and changes nothing; an instance is renamed (decode0 -> decodeA,
+same GPUs and port); a second run changes nothing; an instance is added and removed; the profile switches
+pd-4p4d -> mono-tp8 -> pd-4p4d. After each site.yml only the planned pdfleet units exist and run, and the
+verification play passed. Two hand-made units stay throughout: one outside the pdfleet-* convention and one
+inside it without pdfleet's marker, which every run reports and conformance fails on.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import pytest
+import yaml
+from simcluster import SITE, ScratchCluster, recap
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.long]
+
+FOREIGN_OUTSIDE = "handmade-echo"  # outside the convention: never looked at
+FOREIGN_INSIDE = "pdfleet-handmade"  # inside it, no X-Pdfleet-* marker: left alone and reported
+HAND_MADE_UNIT = "[Unit]\nDescription=made by hand, not by pdfleet\n[Service]\nExecStart=/bin/sleep infinity\n" \
+                 "[Install]\nWantedBy=multi-user.target\n"
+WARNING = (f"node1: /etc/systemd/system/{FOREIGN_INSIDE}.service is named like a pdfleet unit but pdfleet did not "
+           "create it")
+DURATIONS: dict[str, float] = {}
+
+
+def _cluster_file(c: ScratchCluster) -> Any:
+    return c.inventory / "group_vars" / "all" / "cluster.yml"
+
+
+def _model(c: ScratchCluster) -> dict[str, Any]:
+    return yaml.safe_load(_cluster_file(c).read_text())["pdfleet_cluster"]
+
+
+def _set_model(c: ScratchCluster, profile: str, instances: list[dict[str, Any]]) -> None:
+    path = _cluster_file(c)
+    data = yaml.safe_load(path.read_text())
+    data["pdfleet_cluster"]["profile"] = profile
+    data["pdfleet_cluster"]["instances"] = instances
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _files(c: ScratchCluster) -> set[str]:
+    out = c.ssh("cd /etc/systemd/system && ls -1d pdfleet-*.service handmade-*.service 2>/dev/null").stdout
+    return {line.removesuffix(".service") for line in out.split()}
+
+
+def _active(c: ScratchCluster) -> set[str]:
+    out = c.ssh("systemctl list-units --type=service --state=active --plain --no-legend "
+                "'pdfleet-*' 'handmade-*'").stdout
+    return {line.split()[0].removesuffix(".service") for line in out.splitlines() if line.strip()}
+
+
+def _converge(c: ScratchCluster, label: str, *extra: str, check: bool = True) -> Any:
+    t0 = time.monotonic()
+    proc = c.playbook(SITE, *extra, check=check)
+    DURATIONS[label] = time.monotonic() - t0
+    print(f"\n[prune] {label}: {DURATIONS[label]:.0f} s")
+    return proc
+
+
+def _assert_only(c: ScratchCluster, planned: set[str]) -> None:
+    expected = planned | {FOREIGN_INSIDE, FOREIGN_OUTSIDE}
+    assert _files(c) == expected, f"unit files {_files(c)} != planned + hand-made {expected}"
+    assert _active(c) == expected, f"running units {_active(c)} != planned + hand-made {expected}"
+    envs = set(c.ssh("cd /etc/pdfleet && ls -1 pdfleet-*.env").stdout.split())
+    assert envs == {f"{u}.env" for u in planned}, envs
+
+
+def _assert_verified(c: ScratchCluster) -> None:
+    report = c.latest_report()
+    assert report["ok"], report.get("failures")
+    c.wait_ready()
+    assert c.chat("In one sentence, what is PCIe?")["usage"]["completion_tokens"] > 0
+
+
+@pytest.fixture(scope="module")
+def pd(prune_cluster: ScratchCluster) -> list[dict[str, Any]]:
+    """The converged pd-4p4d instances, with the two hand-made units installed and running."""
+    for name in (FOREIGN_OUTSIDE, FOREIGN_INSIDE):
+        put = prune_cluster.ssh(f"printf '%s' '{HAND_MADE_UNIT}' > /etc/systemd/system/{name}.service && "
+                                f"systemctl daemon-reload && systemctl enable --now {name}.service")
+        assert put.returncode == 0, put.stderr
+    return copy.deepcopy(_model(prune_cluster)["instances"])
+
+
+def _renamed(pd: list[dict[str, Any]], old: str, new: str) -> list[dict[str, Any]]:
+    out = copy.deepcopy(pd)
+    for inst in out:
+        if inst["name"] == old:
+            inst["name"] = new
+    return out
+
+
+def test_check_mode_lists_the_removal_and_changes_nothing(prune_cluster: ScratchCluster, pd: list) -> None:
+    c = prune_cluster
+    _set_model(c, "pd-4p4d", _renamed(pd, "decode0", "decodeA"))
+    proc = _converge(c, "check mode, rename", "--check", "--diff")
+    assert "node1: removing pdfleet-decode0" in proc.stdout, proc.stdout[-4000:]
+    assert WARNING in proc.stdout + proc.stderr
+    _assert_only(c, {"pdfleet-prefill0", "pdfleet-decode0", "pdfleet-router"})
+
+
+def test_rename_removes_the_old_unit(prune_cluster: ScratchCluster, pd: list) -> None:
+    c = prune_cluster
+    _set_model(c, "pd-4p4d", _renamed(pd, "decode0", "decodeA"))
+    proc = _converge(c, "rename decode0 -> decodeA")
+    assert "node1: removing pdfleet-decode0" in proc.stdout
+    assert WARNING in proc.stdout + proc.stderr
+    _assert_only(c, {"pdfleet-prefill0", "pdfleet-decodeA", "pdfleet-router"})
+    _assert_verified(c)
+
+
+def test_second_run_changes_nothing(prune_cluster: ScratchCluster, pd: list) -> None:
+    proc = _converge(prune_cluster, "second run")
+    assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]
+    assert "removing" not in proc.stdout
+
+
+def test_remove_an_instance(prune_cluster: ScratchCluster, pd: list) -> None:
+    c = prune_cluster
+    two = _renamed(pd, "decode0", "decodeA")
+    decode = next(i for i in two if i["name"] == "decodeA")
+    decode.update(gpus=[4, 5], tp=2)
+    extra = dict(decode, name="decodeB", gpus=[6, 7], port=30002, nccl_port=30102)
+    _set_model(c, "pd-4p4d", [*two, extra])
+    _converge(c, "add decodeB")
+    _assert_only(c, {"pdfleet-prefill0", "pdfleet-decodeA", "pdfleet-decodeB", "pdfleet-router"})
+    _set_model(c, "pd-4p4d", two)
+    proc = _converge(c, "remove decodeB")
+    assert "node1: removing pdfleet-decodeB" in proc.stdout
+    _assert_only(c, {"pdfleet-prefill0", "pdfleet-decodeA", "pdfleet-router"})
+    _assert_verified(c)
+
+
+def test_switch_to_mono_and_back(prune_cluster: ScratchCluster, pd: list) -> None:
+    c = prune_cluster
+    mono = [{"name": "mono0", "role": "mono", "host": "node1", "gpus": list(range(8)), "tp": 8, "port": 30000,
+             "nccl_port": 30100}]
+    _set_model(c, "mono-tp8", mono)
+    proc = _converge(c, "pd-4p4d -> mono-tp8", check=False)
+    _assert_only(c, {"pdfleet-mono0", "pdfleet-router"})
+    mono_verified = proc.returncode == 0
+    if not mono_verified:  # until issue 14's stand-in fix: only the verification play may fail
+        assert "verification FAIL" in proc.stdout or "verification INCONCLUSIVE" in proc.stdout, proc.stdout[-6000:]
+    _set_model(c, "pd-4p4d", pd)
+    proc = _converge(c, "mono-tp8 -> pd-4p4d")
+    assert "node1: removing pdfleet-mono0" in proc.stdout
+    _assert_only(c, {"pdfleet-prefill0", "pdfleet-decode0", "pdfleet-router"})
+    _assert_verified(c)
+    if not mono_verified:
+        pytest.xfail("units converged both ways, but the mono-tp8 verification failed (the mono stand-in, issue 14)")
+
+
+def test_conformance_fails_on_a_running_unplanned_pdfleet_unit(prune_cluster: ScratchCluster, pd: list) -> None:
+    c = prune_cluster
+    t0 = time.monotonic()
+    failed = c.conformance()
+    assert failed.returncode == 1, failed.stdout[-3000:]
+    assert (f"node1: {FOREIGN_INSIDE}.service is running but the plan does not name it for this host (pdfleet did "
+            "not create it") in failed.stdout, failed.stdout[-3000:]
+    c.ssh(f"systemctl disable --now {FOREIGN_INSIDE}.service")
+    passed = c.conformance()
+    DURATIONS["conformance x2"] = time.monotonic() - t0
+    assert passed.returncode == 0, passed.stdout[-3000:]
+    print("\n[prune] durations: " + ", ".join(f"{k} {v:.0f} s" for k, v in DURATIONS.items()))
