@@ -15,6 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pdfleet.inventory import Inventory
 
 UNIT_DIR = "/etc/systemd/system"
 UNIT_PREFIX = "pdfleet-"
@@ -153,3 +157,22 @@ def active_unplanned(host: str, active_names: Iterable[str], installed: Iterable
         out.append(f"{host}: {name}.service is running but the plan does not name it for this host ({fix})")
     return out
 
+
+
+def read_host(inventory: Inventory, host: str, planned: Iterable[str]) -> HostRemovals:
+    """One host's removals, read over SSH (RemoteError when it cannot be reached)."""
+    from pdfleet.remote import RemoteError, connection_for, run
+
+    rc, stdout, stderr = run(connection_for(inventory, host), SCAN_COMMAND)
+    if rc != 0:
+        raise RemoteError(f"host {host}: listing {UNIT_DIR}/{UNIT_GLOB} failed (rc {rc}): {stderr.strip()[:200]}")
+    return removals(host, parse_scan(stdout), planned)
+
+
+def removal_rows(found: Iterable[HostRemovals]) -> list[list[str]]:
+    """Table rows for people: one per unit a converge removes or leaves alone."""
+    rows = []
+    for r in found:
+        rows += [[r.host, u.name, "remove (drain, stop, delete)", u.active or "?", u.url or "-"] for u in r.stale]
+        rows += [[r.host, u.name, "leave alone: not created by pdfleet", u.active or "?", "-"] for u in r.foreign]
+    return rows
