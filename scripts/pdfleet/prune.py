@@ -176,3 +176,74 @@ def removal_rows(found: Iterable[HostRemovals]) -> list[list[str]]:
         rows += [[r.host, u.name, "remove (drain, stop, delete)", u.active or "?", u.url or "-"] for u in r.stale]
         rows += [[r.host, u.name, "leave alone: not created by pdfleet", u.active or "?", "-"] for u in r.foreign]
     return rows
+
+
+# ---------------------------------------------------------------- drain, before a stale worker stops
+
+
+def drain_stale(router_url: str, workers: Iterable[tuple[str, str]], keep_urls: Iterable[str],
+                timeout_s: float) -> dict[str, object]:
+    """Take each stale worker ``(url, role)`` out of the router and wait until it says idle (pdfleet.fleet's
+    drain, the rollout's path), so that stopping it fails no request the router could send elsewhere.
+
+    A URL the plan gives to a successor (an instance renamed on the same port) stays in the router: removing
+    it would leave the router without it after the successor starts; stopping the old server then lets
+    SGLang finish its in-flight requests (SIGTERM waits for them). A worker that does not answer serves
+    nothing and is not waited for. One that is still busy after ``timeout_s`` is reported and stopped anyway
+    (its unit's TimeoutStopSec bounds the rest).
+    """
+    from pdfleet import fleet
+    from pdfleet.fleet.http import HTTPError, call
+
+    router = fleet.RouterClient(router_url) if router_url else None
+    keep = {u.rstrip("/") for u in keep_urls}
+    report: list[dict[str, object]] = []
+    for url, role in workers:
+        url = url.rstrip("/")
+        entry: dict[str, object] = {"url": url, "role": role, "removed_from_router": False, "idle": None,
+                                    "note": ""}
+        report.append(entry)
+        if url in keep:
+            entry["note"] = "the plan gives this URL to another unit: left in the router"
+            continue
+        if router is not None:
+            try:
+                entry["removed_from_router"] = router.remove(url) is not None
+            except fleet.RouterError as e:
+                entry["note"] = f"not removed from the router ({e})"
+        try:
+            call("GET", url + "/health", timeout_s=5.0)
+        except HTTPError:
+            entry["note"] = (str(entry["note"]) + "; " if entry["note"] else "") + "not answering: serves nothing"
+            continue
+        idle = fleet.wait_idle([(url, "mono" if role not in ("prefill", "decode") else role)], timeout_s)
+        entry.update(idle=idle.idle, waited_s=round(idle.waited_s, 1))
+        if not idle.idle:
+            entry["note"] = f"still busy after {timeout_s:g} s ({idle.describe()}); stopped anyway"
+    return {"router": router_url, "workers": report,
+            "changed": any(bool(e["removed_from_router"]) for e in report)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pdfleet.prune drain --router URL --worker URL ROLE ... [--keep URL ...] --timeout S``:
+    the units role's drain step (JSON on stdout). Exit 0 when it ran, 2 for bad arguments."""
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(prog="python -m pdfleet.prune")
+    sub = p.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("drain", help="take stale workers out of the router and wait until they are idle")
+    d.add_argument("--router", default="", help="the router's URL (empty: no router to leave)")
+    d.add_argument("--worker", nargs=2, action="append", default=[], metavar=("URL", "ROLE"),
+                   help="a stale worker: its URL and role (prefill, decode, mono); repeatable")
+    d.add_argument("--keep", action="append", default=[], metavar="URL", help="a URL the plan still routes to")
+    d.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for idle (default 120)")
+    args = p.parse_args(argv)
+    print(json.dumps(drain_stale(args.router, [(url, role) for url, role in args.worker], args.keep, args.timeout)))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
