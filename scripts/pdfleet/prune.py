@@ -225,21 +225,31 @@ def drain_stale(router_url: str, workers: Iterable[tuple[str, str]], keep_urls: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pdfleet.prune drain --router URL --worker URL ROLE ... [--keep URL ...] --timeout S``:
-    the units role's drain step (JSON on stdout). Exit 0 when it ran, 2 for bad arguments."""
+    """``python -m pdfleet.prune drain < request.json``: the units role's drain step.
+
+    The request: ``{"router": URL, "timeout_s": S, "workers": [{"url": .., "role": ..}], "keep": [URL, ..]}``
+    (the stale workers of one host, and the URLs the plan still gives that host). Prints the JSON report.
+    Exit 0 when it ran, 2 for a bad request.
+    """
     import argparse
     import json
+    import sys
 
     p = argparse.ArgumentParser(prog="python -m pdfleet.prune")
     sub = p.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("drain", help="take stale workers out of the router and wait until they are idle")
-    d.add_argument("--router", default="", help="the router's URL (empty: no router to leave)")
-    d.add_argument("--worker", nargs=2, action="append", default=[], metavar=("URL", "ROLE"),
-                   help="a stale worker: its URL and role (prefill, decode, mono); repeatable")
-    d.add_argument("--keep", action="append", default=[], metavar="URL", help="a URL the plan still routes to")
-    d.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for idle (default 120)")
-    args = p.parse_args(argv)
-    print(json.dumps(drain_stale(args.router, [(url, role) for url, role in args.worker], args.keep, args.timeout)))
+    sub.add_parser("drain", help="take stale workers out of the router and wait until they are idle (JSON on stdin)")
+    p.parse_args(argv)
+    try:
+        req = json.loads(sys.stdin.read())
+        workers = [(str(w["url"]), str(w["role"])) for w in req.get("workers", [])]
+        router, keep, timeout_s = str(req.get("router", "")), [str(u) for u in req.get("keep", [])], \
+            float(req.get("timeout_s", 120))
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        print(f"pdfleet.prune drain: bad request on stdin ({e}); expected "
+              '{"router": URL, "timeout_s": S, "workers": [{"url": URL, "role": ROLE}], "keep": [URL]}',
+              file=sys.stderr)
+        return 2
+    print(json.dumps(drain_stale(router, workers, keep, timeout_s)))
     return 0
 
 
