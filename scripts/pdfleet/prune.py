@@ -220,8 +220,15 @@ def drain_stale(router_url: str, workers: Iterable[tuple[str, str]], keep_urls: 
         entry.update(idle=idle.idle, waited_s=round(idle.waited_s, 1))
         if not idle.idle:
             entry["note"] = f"still busy after {timeout_s:g} s ({idle.describe()}); stopped anyway"
-    return {"router": router_url, "workers": report,
+    return {"router": router_url, "workers": report, "summary": [_drain_line(e) for e in report],
             "changed": any(bool(e["removed_from_router"]) for e in report)}
+
+
+def _drain_line(e: dict[str, object]) -> str:
+    left = "left the router" if e["removed_from_router"] else "was not in the router"
+    idle = f"; idle after {e['waited_s']} s" if e.get("idle") else ""
+    note = f"; {e['note']}" if e["note"] else ""
+    return f"{e['url']} ({e['role']}): {left}{idle}{note}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,10 +1,11 @@
 """A converge leaves the host as the plan says, no more and no less (issue 15), on one scratch sim cluster.
 
-In file order: check mode lists a removal and changes nothing; an instance is renamed (decode0 -> decodeA,
-same GPUs and port); a second run changes nothing; an instance is added and removed; the profile switches
-pd-4p4d -> mono-tp8 -> pd-4p4d. After each site.yml only the planned pdfleet units exist and run, and the
-verification play passed. Two hand-made units stay throughout: one outside the pdfleet-* convention and one
-inside it without pdfleet's marker, which every run reports and conformance fails on.
+In file order, from pd-4p4d with prefill0, decode0 and decodeB: check mode lists a removal and changes
+nothing; an instance is renamed (decode0 -> decodeA, same GPUs and port); a second run changes nothing; an
+instance is removed (decodeB); the profile switches to mono-tp8 and back to pd-4p4d. After each site.yml only
+the planned pdfleet units exist and run, and the verification play passed. Two hand-made units stay
+throughout: one outside the pdfleet-* convention and one inside it without pdfleet's marker, which every run
+reports and conformance fails on.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import time
 from typing import Any
 
 import pytest
-import yaml
 from simcluster import SITE, ScratchCluster, recap
+
+from .conftest import DECODE0, DECODEB, PREFILL0, set_instances
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.long]
 
@@ -25,23 +27,8 @@ HAND_MADE_UNIT = "[Unit]\nDescription=made by hand, not by pdfleet\n[Service]\nE
                  "[Install]\nWantedBy=multi-user.target\n"
 WARNING = (f"node1: /etc/systemd/system/{FOREIGN_INSIDE}.service is named like a pdfleet unit but pdfleet did not "
            "create it")
+DECODEA = dict(DECODE0, name="decodeA")
 DURATIONS: dict[str, float] = {}
-
-
-def _cluster_file(c: ScratchCluster) -> Any:
-    return c.inventory / "group_vars" / "all" / "cluster.yml"
-
-
-def _model(c: ScratchCluster) -> dict[str, Any]:
-    return yaml.safe_load(_cluster_file(c).read_text())["pdfleet_cluster"]
-
-
-def _set_model(c: ScratchCluster, profile: str, instances: list[dict[str, Any]]) -> None:
-    path = _cluster_file(c)
-    data = yaml.safe_load(path.read_text())
-    data["pdfleet_cluster"]["profile"] = profile
-    data["pdfleet_cluster"]["instances"] = instances
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 def _files(c: ScratchCluster) -> set[str]:
@@ -79,75 +66,66 @@ def _assert_verified(c: ScratchCluster) -> None:
 
 
 @pytest.fixture(scope="module")
-def pd(prune_cluster: ScratchCluster) -> list[dict[str, Any]]:
-    """The converged pd-4p4d instances, with the two hand-made units installed and running."""
+def hand_made(prune_cluster: ScratchCluster) -> ScratchCluster:
+    """The converged cluster with the two hand-made units installed and running."""
     for name in (FOREIGN_OUTSIDE, FOREIGN_INSIDE):
         put = prune_cluster.ssh(f"printf '%s' '{HAND_MADE_UNIT}' > /etc/systemd/system/{name}.service && "
                                 f"systemctl daemon-reload && systemctl enable --now {name}.service")
         assert put.returncode == 0, put.stderr
-    return copy.deepcopy(_model(prune_cluster)["instances"])
+    return prune_cluster
 
 
-def _renamed(pd: list[dict[str, Any]], old: str, new: str) -> list[dict[str, Any]]:
-    out = copy.deepcopy(pd)
-    for inst in out:
-        if inst["name"] == old:
-            inst["name"] = new
-    return out
-
-
-def test_check_mode_lists_the_removal_and_changes_nothing(prune_cluster: ScratchCluster, pd: list) -> None:
-    c = prune_cluster
-    _set_model(c, "pd-4p4d", _renamed(pd, "decode0", "decodeA"))
+def test_check_mode_lists_the_removal_and_changes_nothing(hand_made: ScratchCluster) -> None:
+    c = hand_made
+    _assert_only(c, {"pdfleet-prefill0", "pdfleet-decode0", "pdfleet-decodeB", "pdfleet-router"})
+    set_instances(c, "pd-4p4d", [PREFILL0, DECODEA, DECODEB])
     proc = _converge(c, "check mode, rename", "--check", "--diff")
     assert "node1: removing pdfleet-decode0" in proc.stdout, proc.stdout[-4000:]
     assert WARNING in proc.stdout + proc.stderr
-    _assert_only(c, {"pdfleet-prefill0", "pdfleet-decode0", "pdfleet-router"})
+    _assert_only(c, {"pdfleet-prefill0", "pdfleet-decode0", "pdfleet-decodeB", "pdfleet-router"})
 
 
-def test_rename_removes_the_old_unit(prune_cluster: ScratchCluster, pd: list) -> None:
-    c = prune_cluster
-    _set_model(c, "pd-4p4d", _renamed(pd, "decode0", "decodeA"))
+def test_rename_removes_the_old_unit(hand_made: ScratchCluster) -> None:
+    c = hand_made
+    set_instances(c, "pd-4p4d", [PREFILL0, DECODEA, DECODEB])
     proc = _converge(c, "rename decode0 -> decodeA")
     assert "node1: removing pdfleet-decode0" in proc.stdout
     assert WARNING in proc.stdout + proc.stderr
-    _assert_only(c, {"pdfleet-prefill0", "pdfleet-decodeA", "pdfleet-router"})
+    _assert_only(c, {"pdfleet-prefill0", "pdfleet-decodeA", "pdfleet-decodeB", "pdfleet-router"})
     _assert_verified(c)
 
 
-def test_second_run_changes_nothing(prune_cluster: ScratchCluster, pd: list) -> None:
-    proc = _converge(prune_cluster, "second run")
+def test_second_run_changes_nothing(hand_made: ScratchCluster) -> None:
+    proc = _converge(hand_made, "second run")
     assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]
     assert "removing" not in proc.stdout
+    assert WARNING in proc.stdout + proc.stderr  # still reported, still left alone
 
 
-def test_remove_an_instance(prune_cluster: ScratchCluster, pd: list) -> None:
-    c = prune_cluster
-    two = _renamed(pd, "decode0", "decodeA")
-    decode = next(i for i in two if i["name"] == "decodeA")
-    decode.update(gpus=[4, 5], tp=2)
-    extra = dict(decode, name="decodeB", gpus=[6, 7], port=30002, nccl_port=30102)
-    _set_model(c, "pd-4p4d", [*two, extra])
-    _converge(c, "add decodeB")
-    _assert_only(c, {"pdfleet-prefill0", "pdfleet-decodeA", "pdfleet-decodeB", "pdfleet-router"})
-    _set_model(c, "pd-4p4d", two)
+def test_remove_an_instance(hand_made: ScratchCluster) -> None:
+    c = hand_made
+    set_instances(c, "pd-4p4d", [PREFILL0, DECODEA])
     proc = _converge(c, "remove decodeB")
     assert "node1: removing pdfleet-decodeB" in proc.stdout
+    assert f"node1: http://{c.address}:30002 (decode): left the router; idle after" in proc.stdout, \
+        proc.stdout[-6000:]  # drained before it stopped
     _assert_only(c, {"pdfleet-prefill0", "pdfleet-decodeA", "pdfleet-router"})
     _assert_verified(c)
 
 
-def test_switch_to_mono_and_back(prune_cluster: ScratchCluster, pd: list) -> None:
-    c = prune_cluster
+def test_switch_to_mono_and_back(hand_made: ScratchCluster) -> None:
+    c = hand_made
     mono = [{"name": "mono0", "role": "mono", "host": "node1", "gpus": list(range(8)), "tp": 8, "port": 30000,
              "nccl_port": 30100}]
-    _set_model(c, "mono-tp8", mono)
+    set_instances(c, "mono-tp8", mono)
     proc = _converge(c, "pd-4p4d -> mono-tp8", check=False)
+    assert "node1: removing pdfleet-decodeA, pdfleet-prefill0" in proc.stdout, proc.stdout[-6000:]
     _assert_only(c, {"pdfleet-mono0", "pdfleet-router"})
     mono_verified = proc.returncode == 0
     if not mono_verified:  # until issue 14's stand-in fix: only the verification play may fail
         assert "verification FAIL" in proc.stdout or "verification INCONCLUSIVE" in proc.stdout, proc.stdout[-6000:]
-    _set_model(c, "pd-4p4d", pd)
+    original = [dict(PREFILL0, gpus=[0, 1, 2, 3], tp=4), dict(DECODE0, gpus=[4, 5, 6, 7], tp=4)]
+    set_instances(c, "pd-4p4d", copy.deepcopy(original))
     proc = _converge(c, "mono-tp8 -> pd-4p4d")
     assert "node1: removing pdfleet-mono0" in proc.stdout
     _assert_only(c, {"pdfleet-prefill0", "pdfleet-decode0", "pdfleet-router"})
@@ -156,8 +134,8 @@ def test_switch_to_mono_and_back(prune_cluster: ScratchCluster, pd: list) -> Non
         pytest.xfail("units converged both ways, but the mono-tp8 verification failed (the mono stand-in, issue 14)")
 
 
-def test_conformance_fails_on_a_running_unplanned_pdfleet_unit(prune_cluster: ScratchCluster, pd: list) -> None:
-    c = prune_cluster
+def test_conformance_fails_on_a_running_unplanned_pdfleet_unit(hand_made: ScratchCluster) -> None:
+    c = hand_made
     t0 = time.monotonic()
     failed = c.conformance()
     assert failed.returncode == 1, failed.stdout[-3000:]
