@@ -1,11 +1,11 @@
 """A converge leaves the host as the plan says, no more and no less (issue 15), on one scratch sim cluster.
 
-In file order, from pd-4p4d with prefill0, decode0 and decodeB: check mode lists a removal and changes
-nothing; an instance is renamed (decode0 -> decodeA, same GPUs and port); a second run changes nothing; an
-instance is removed (decodeB); the profile switches to mono-tp8 and back to pd-4p4d. After each site.yml only
-the planned pdfleet units exist and run, and the verification play passed. Two hand-made units stay
-throughout: one outside the pdfleet-* convention and one inside it without pdfleet's marker, which every run
-reports and conformance fails on.
+In file order, from pd-4p4d with prefill0, prefill1, decode0 and decodeB: check mode lists a removal and
+changes nothing; an instance is renamed (decode0 -> decodeA, same GPUs and port); a second run changes
+nothing; two instances are removed (prefill1, decodeB), each drained out of the router first; the profile
+switches to mono-tp8 and back to pd-4p4d. After each site.yml only the planned pdfleet units exist and run,
+and the verification play passed. Two hand-made units stay throughout: one outside the pdfleet-* convention
+and one inside it without pdfleet's marker, which every run reports and conformance fails on.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from simcluster import SITE, ScratchCluster, recap
 
-from .conftest import DECODE0, DECODEB, PREFILL0, set_instances
+from .conftest import DECODE0, DECODEB, PREFILL0, PREFILL1, set_instances
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.long]
 
@@ -28,6 +28,7 @@ HAND_MADE_UNIT = "[Unit]\nDescription=made by hand, not by pdfleet\n[Service]\nE
 WARNING = (f"node1: /etc/systemd/system/{FOREIGN_INSIDE}.service is named like a pdfleet unit but pdfleet did not "
            "create it")
 DECODEA = dict(DECODE0, name="decodeA")
+FOUR_UNITS = {"pdfleet-prefill0", "pdfleet-prefill1", "pdfleet-decode0", "pdfleet-decodeB", "pdfleet-router"}
 DURATIONS: dict[str, float] = {}
 
 
@@ -77,21 +78,21 @@ def hand_made(prune_cluster: ScratchCluster) -> ScratchCluster:
 
 def test_check_mode_lists_the_removal_and_changes_nothing(hand_made: ScratchCluster) -> None:
     c = hand_made
-    _assert_only(c, {"pdfleet-prefill0", "pdfleet-decode0", "pdfleet-decodeB", "pdfleet-router"})
-    set_instances(c, "pd-4p4d", [PREFILL0, DECODEA, DECODEB])
+    _assert_only(c, FOUR_UNITS)
+    set_instances(c, "pd-4p4d", [PREFILL0, PREFILL1, DECODEA, DECODEB])
     proc = _converge(c, "check mode, rename", "--check", "--diff")
     assert "node1: removing pdfleet-decode0" in proc.stdout, proc.stdout[-4000:]
     assert WARNING in proc.stdout + proc.stderr
-    _assert_only(c, {"pdfleet-prefill0", "pdfleet-decode0", "pdfleet-decodeB", "pdfleet-router"})
+    _assert_only(c, FOUR_UNITS)
 
 
 def test_rename_removes_the_old_unit(hand_made: ScratchCluster) -> None:
     c = hand_made
-    set_instances(c, "pd-4p4d", [PREFILL0, DECODEA, DECODEB])
+    set_instances(c, "pd-4p4d", [PREFILL0, PREFILL1, DECODEA, DECODEB])
     proc = _converge(c, "rename decode0 -> decodeA")
     assert "node1: removing pdfleet-decode0" in proc.stdout
     assert WARNING in proc.stdout + proc.stderr
-    _assert_only(c, {"pdfleet-prefill0", "pdfleet-decodeA", "pdfleet-decodeB", "pdfleet-router"})
+    _assert_only(c, FOUR_UNITS - {"pdfleet-decode0"} | {"pdfleet-decodeA"})
     _assert_verified(c)
 
 
@@ -102,13 +103,14 @@ def test_second_run_changes_nothing(hand_made: ScratchCluster) -> None:
     assert WARNING in proc.stdout + proc.stderr  # still reported, still left alone
 
 
-def test_remove_an_instance(hand_made: ScratchCluster) -> None:
+def test_remove_instances(hand_made: ScratchCluster) -> None:
     c = hand_made
     set_instances(c, "pd-4p4d", [PREFILL0, DECODEA])
-    proc = _converge(c, "remove decodeB")
-    assert "node1: removing pdfleet-decodeB" in proc.stdout
-    assert f"node1: http://{c.address}:30002 (decode): left the router; idle after" in proc.stdout, \
-        proc.stdout[-6000:]  # drained before it stopped
+    proc = _converge(c, "remove prefill1 and decodeB")
+    assert "node1: removing pdfleet-decodeB, pdfleet-prefill1" in proc.stdout, proc.stdout[-6000:]
+    for url, role in ((f"http://{c.address}:30002", "decode"), (f"http://{c.address}:30003", "prefill")):
+        # drained before it stopped: out of the router, then idle by its own numbers
+        assert f"node1: {url} ({role}): left the router; idle after" in proc.stdout, proc.stdout[-6000:]
     _assert_only(c, {"pdfleet-prefill0", "pdfleet-decodeA", "pdfleet-router"})
     _assert_verified(c)
 
