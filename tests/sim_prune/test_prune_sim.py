@@ -38,9 +38,13 @@ def _files(c: ScratchCluster) -> set[str]:
 
 
 def _active(c: ScratchCluster) -> set[str]:
-    out = c.ssh("systemctl list-units --type=service --state=active --plain --no-legend "
-                "'pdfleet-*' 'handmade-*'").stdout
-    return {line.split()[0].removesuffix(".service") for line in out.splitlines() if line.strip()}
+    """Running pdfleet-* and handmade-* services, except packaged ones (the sim's stand-in hardware units under
+    /lib, e.g. pdfleet-sim-nvidia-module): those are no plan's business."""
+    out = c.ssh("for u in $(systemctl list-units --type=service --state=active --plain --no-legend "
+                "'pdfleet-*' 'handmade-*' | cut -d' ' -f1); do "
+                "echo \"$u $(systemctl show -p FragmentPath --value \"$u\")\"; done").stdout
+    running = [line.split() for line in out.splitlines() if line.strip()]
+    return {w[0].removesuffix(".service") for w in running if len(w) < 2 or not w[1].startswith(("/lib/", "/usr/"))}
 
 
 def _converge(c: ScratchCluster, label: str, *extra: str, check: bool = True) -> Any:
