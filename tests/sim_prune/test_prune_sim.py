@@ -124,20 +124,16 @@ def test_switch_to_mono_and_back(hand_made: ScratchCluster) -> None:
     mono = [{"name": "mono0", "role": "mono", "host": "node1", "gpus": list(range(8)), "tp": 8, "port": 30000,
              "nccl_port": 30100}]
     set_instances(c, "mono-tp8", mono)
-    proc = _converge(c, "pd-4p4d -> mono-tp8", check=False)
+    proc = _converge(c, "pd-4p4d -> mono-tp8")
     assert "node1: removing pdfleet-decodeA, pdfleet-prefill0" in proc.stdout, proc.stdout[-6000:]
     _assert_only(c, {"pdfleet-mono0", "pdfleet-router"})
-    mono_verified = proc.returncode == 0
-    if not mono_verified:  # until issue 14's stand-in fix: only the verification play may fail
-        assert "verification FAIL" in proc.stdout or "verification INCONCLUSIVE" in proc.stdout, proc.stdout[-6000:]
+    _assert_verified(c)
     original = [dict(PREFILL0, gpus=[0, 1, 2, 3], tp=4), dict(DECODE0, gpus=[4, 5, 6, 7], tp=4)]
     set_instances(c, "pd-4p4d", copy.deepcopy(original))
     proc = _converge(c, "mono-tp8 -> pd-4p4d")
     assert "node1: removing pdfleet-mono0" in proc.stdout
     _assert_only(c, {"pdfleet-prefill0", "pdfleet-decode0", "pdfleet-router"})
     _assert_verified(c)
-    if not mono_verified:
-        pytest.xfail("units converged both ways, but the mono-tp8 verification failed (the mono stand-in, issue 14)")
 
 
 def test_conformance_fails_on_a_running_unplanned_pdfleet_unit(hand_made: ScratchCluster) -> None:
