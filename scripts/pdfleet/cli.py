@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from pdfleet import conformance, patchcli, patchstatus
+from pdfleet import conformance, patchcli, patchstatus, prune
 from pdfleet.cluster import plan_inventory
 from pdfleet.errors import PdfleetError
-from pdfleet.inventory import add_inventory_arguments, source_from_args
+from pdfleet.inventory import InventorySource, add_inventory_arguments, load_inventory, source_from_args
 from pdfleet.plandoc import plan_document
 from pdfleet.planner import Plan
 from pdfleet.render import render_plan
@@ -42,9 +42,34 @@ def plan_table(plan: Plan) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    plan = plan_inventory(source_from_args(args))
+    source = source_from_args(args)
+    plan = plan_inventory(source)
+    if args.removals:
+        return removals_report(source, plan, args.json)
     print(json.dumps(plan_document(plan), indent=2, sort_keys=True) if args.json else plan_table(plan))
     return 0
+
+
+def removals_report(source: InventorySource, plan: Plan, as_json: bool) -> int:
+    """What a converge would remove on each host (read over SSH): 0 read every host, 2 a host was unreadable."""
+    inventory = load_inventory(source)
+    found, errors = [], []
+    for host in inventory.hosts:
+        try:
+            found.append(prune.read_host(inventory, host, [u.name for u in plan.hosts.get(host, [])]))
+        except PdfleetError as exc:
+            errors.append(str(exc))
+    if as_json:
+        print(json.dumps({"ok": not errors, "hosts": [r.to_dict() for r in found], "errors": errors}, indent=2))
+    else:
+        rows = prune.removal_rows(found)
+        if rows:
+            print(format_table(["host", "unit", "converge", "state", "url"], rows))
+        elif found:
+            print(f"nothing to remove on {', '.join(r.host for r in found)}")
+        for error in errors:
+            print(f"pdfleet: {error}", file=sys.stderr)
+    return 2 if errors else 0
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -76,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="validate the inventory model and print the GPU split, ports, commands")
     _inventory_arg(p)
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--removals", action="store_true",
+                   help="read each host over SSH and list the pdfleet units a converge would remove (and the "
+                        "pdfleet-* units it leaves alone because pdfleet did not create them)")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("render", help="render the systemd units and env files of every host (preview)")

@@ -43,6 +43,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     kind = getattr(metafunc.function, "pdfleet_hosts", "gpu")
     if kind == "gpu":
         chosen = [t for t in exp.targets if t.spec is not None]
+    elif kind == "all":
+        chosen = list(exp.targets)
     elif kind == "workers":
         chosen = [t for t in exp.targets if any(u.kind == "worker" for u in t.units)]
     else:
@@ -73,7 +75,7 @@ def node(target: Target) -> testinfra.host.Host:
 
 
 def hosts(kind: str):
-    """Decorator: which hosts a test runs on: gpu (in pdfleet_cluster.hosts), workers, units."""
+    """Decorator: which hosts a test runs on: gpu (in pdfleet_cluster.hosts), workers, units, all."""
     def mark(fn):
         fn.pdfleet_hosts = kind
         return fn

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 
 from pdfleet import conformance as c
+from pdfleet import prune
 
 from .conftest import hosts
 
@@ -126,6 +127,16 @@ def test_units_enabled_and_active(target, node):
             state = node.run(f"systemctl is-active {unit.name}").stdout.strip()
             bad.append(f"{unit.name} is {'enabled' if svc.is_enabled else 'not enabled'} and {state}")
     assert not bad, f"{target.name}: " + "; ".join(bad) + " (expected enabled and active)"
+
+
+@hosts("all")
+def test_no_unplanned_pdfleet_unit_runs(target, node):
+    scan = _run(node, prune.SCAN_COMMAND)
+    assert scan.rc == 0, f"{target.name}: listing {prune.UNIT_DIR}/{prune.UNIT_GLOB} failed (rc {scan.rc})"
+    installed = prune.parse_scan(scan.stdout)
+    active = [u.name for u in installed if u.active == "active"]
+    problems = prune.active_unplanned(target.name, active, installed, [u.name for u in target.units])
+    assert not problems, _problems(problems)
 
 
 @hosts("units")

@@ -88,8 +88,10 @@ class Metrics:
     def scheduler_labels(self) -> dict[str, str]:
         return {**self.tokenizer_labels, "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
 
-    def render(self, gauges: dict[str, float], threads: Iterable[tuple[str, bool]] = ()) -> str:
-        """The ``/metrics`` body (Prometheus text format 0.0.4)."""
+    def render(self, gauges: dict[str, float], threads: Iterable[tuple[str, bool]] = (),
+               http_active: dict[tuple[str, str], int] | None = None) -> str:
+        """The ``/metrics`` body (Prometheus text format 0.0.4). ``http_active``: (endpoint, method) ->
+        requests in progress, rendered as SGLang's ``sglang:http_requests_active{endpoint,method}``."""
         lines: list[str] = []
         sched = _labels(self.scheduler_labels)
         tok = _labels(self.tokenizer_labels)
@@ -100,6 +102,11 @@ class Metrics:
             for name, help_text in family:
                 lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter",
                           f"{name}{labels} {_fmt(self.counters[name])}"]
+        if http_active is not None:
+            name = "sglang:http_requests_active"
+            lines += [f"# HELP {name} Number of currently active HTTP requests", f"# TYPE {name} gauge"]
+            for (endpoint, method), count in sorted(http_active.items()):
+                lines.append(f"{name}{_labels({'endpoint': endpoint, 'method': method})} {_fmt(count)}")
         threads = list(threads)
         if threads:
             name, help_text = SIM_GAUGES[0]

@@ -66,13 +66,22 @@ class SimServer:
         self.started = time.time()
         self._abort_handles: set[asyncio.TimerHandle] = set()
         self.route_hits: Counter[str] = Counter()
+        # (path, method) -> requests in progress, as SGLang's `sglang:http_requests_active` gauge counts them
+        # (sglang/srt/utils/common.py, add_prometheus_track_response_middleware: inc before the handler,
+        # dec when the response, including a whole stream, is done).
+        self.http_active: Counter[tuple[str, str]] = Counter()
 
     @web.middleware
     async def _count(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        """Count hits per path (``/pdfleet/sim`` shows them: which calls a router made)."""
+        """Count hits per path (``/pdfleet/sim`` shows them: which calls a router made) and requests active."""
+        key = (request.path, request.method)
         self.route_hits[f"{request.method} {request.path}"] += 1
+        self.http_active[key] += 1
         logger.debug("%s %s", request.method, request.path_qs)
-        return await handler(request)
+        try:
+            return await handler(request)
+        finally:
+            self.http_active[key] -= 1
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._count])
@@ -187,7 +196,7 @@ class SimServer:
 
     async def metrics_endpoint(self, _: web.Request) -> web.Response:
         threads = [(t.name, t.alive) for t in self.kv.threads()] if self.kv is not None else []
-        body = self.metrics.render(self.scheduler.gauges(), threads)
+        body = self.metrics.render(self.scheduler.gauges(), threads, dict(self.http_active))
         return web.Response(text=body, content_type="text/plain", charset="utf-8",
                             headers={"X-Content-Type": "text/plain; version=0.0.4"})
 

@@ -101,6 +101,16 @@ def router_worker_urls(data: Any) -> set[str]:
     return urls
 
 
+def unplanned_router_workers(listed: set[str], target: Target) -> list[str]:
+    """A worker the router routes to that the plan does not name: a pdfleet unit a converge failed to remove
+    (or one started by hand). Checked only against an inventory's plan, not explicit --prefill/--decode URLs."""
+    if not target.plan:
+        return []
+    extra = sorted(listed - {w.url for w in target.workers})
+    return [f"router lists worker(s) the plan does not name: {', '.join(extra)}; `pdfleet plan --removals` shows "
+            "which unit serves it, site.yml drains and removes pdfleet's"] if extra else []
+
+
 async def _router_listing(router: str, timeout_s: float) -> tuple[str, set[str]]:
     for path in ("/workers", "/get_loads", "/list_workers"):
         try:
@@ -149,6 +159,7 @@ async def config_gate(target: Target, s: Settings) -> tuple[CheckResult, dict[st
         failures.append("router exposes no worker listing (/workers, /get_loads, /list_workers)")
     elif missing:
         failures.append(f"router does not list planned worker(s): {', '.join(missing)}")
+    failures += unplanned_router_workers(listed, target)
     measured = {"readiness_status": ready.status, "workers_reachable": len(infos),
                 "workers_planned": len(target.workers), "router_lists": len(listed & {w.url for w in target.workers})}
     thresholds = {"readiness_status": 200, "workers_reachable": len(target.workers),

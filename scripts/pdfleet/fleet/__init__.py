@@ -1,0 +1,31 @@
+"""Fleet operations on a running PD cluster, in one place for every caller (rollout, watchdog, day-2 ops,
+unit pruning): the router's worker list, a pair's own load, drain, an isolated gate, re-add.
+
+Public API (stable; everything else is internal)::
+
+    from pdfleet import fleet
+    pairs = fleet.pairs_from_plan(plan)                 # host -> Pair(host, members) (a mono is a pair of one)
+    router = fleet.RouterClient(plan.router_url, api_key=None)
+    router.workers() / router.find(url)                 # GET /workers -> [RouterWorker(id, spec, healthy, load)]
+    router.add(spec, wait_s) / router.remove(url, wait_s)   # idempotent; wait until GET /workers shows it
+    fleet.read_load(url, role) -> WorkerLoad            # the worker's own numbers; .idle (missing != idle)
+    fleet.wait_idle([(url, role)], timeout_s) -> IdleResult
+    fleet.drain(router, pair, timeout_s) -> DrainResult # out of the router, then wait for idle; .removed specs
+    fleet.pair_canary(pair, model) -> CanaryResult      # a real request through this pair, no router
+    fleet.isolated_gate(pair, fleet.gate_settings(), logs, model, version) -> GateResult
+    fleet.readd(router, pair, specs, model) -> ReaddResult  # add back, confirm its own request counter moved
+"""
+
+from pdfleet.fleet.canary import CanaryResult, pair_canary
+from pdfleet.fleet.gate import GateError, GateResult, TempRouter, gate_settings, isolated_gate, pair_target
+from pdfleet.fleet.load import IdleResult, WorkerLoad, read_load, wait_idle
+from pdfleet.fleet.pairs import Member, Pair, pairs_from_plan, pairs_from_plan_dict
+from pdfleet.fleet.router import RouterClient, RouterError, RouterWorker, WorkerSpec
+from pdfleet.fleet.steps import DrainResult, FleetError, ReaddResult, drain, readd, remove_pair, request_counts
+
+__all__ = [
+    "CanaryResult", "DrainResult", "FleetError", "GateError", "GateResult", "IdleResult", "Member", "Pair",
+    "ReaddResult", "RouterClient", "RouterError", "RouterWorker", "TempRouter", "WorkerLoad", "WorkerSpec",
+    "drain", "gate_settings", "isolated_gate", "pair_canary", "pair_target", "pairs_from_plan",
+    "pairs_from_plan_dict", "read_load", "readd", "remove_pair", "request_counts", "wait_idle",
+]

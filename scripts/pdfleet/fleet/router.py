@@ -1,0 +1,142 @@
+"""The router's worker API (sglang-router 0.3.2): list, add and remove workers, keeping each one's spec.
+
+0.3.2 serves ``GET /workers`` (id, url, worker_type, bootstrap_port, priority, cost, is_healthy, load),
+``POST /workers`` and ``DELETE /workers/{id}``; both changes are queued jobs answered 202 before they take
+effect, so every change here polls ``GET /workers`` until the listing shows it (operations-facts.md). A
+removal does not wait for requests in flight: drain with ``pdfleet.fleet.load`` afterwards. Re-adding a URL
+that is already listed is answered 202 with the existing id (0.3.2) or 409 (smg >= 1.5): both mean present.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pdfleet.errors import PdfleetError
+from pdfleet.fleet.http import HTTPError, call
+
+DEFAULT_PRIORITY = 50  # 0.3.2's default; only a different value is sent back when re-adding
+DEFAULT_COST = 1.0
+
+
+class RouterError(PdfleetError):
+    """The router did not answer, refused a change, or did not show it in time; the message says which."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything needed to add a worker back exactly as it was listed."""
+
+    url: str
+    worker_type: str  # prefill | decode | regular (a mono worker)
+    bootstrap_port: int | None = None
+    priority: int = DEFAULT_PRIORITY
+    cost: float = DEFAULT_COST
+
+    def body(self) -> dict[str, Any]:
+        """The ``POST /workers`` body."""
+        out: dict[str, Any] = {"url": self.url}
+        if self.worker_type in ("prefill", "decode"):
+            out["worker_type"] = self.worker_type
+        if self.bootstrap_port is not None:
+            out["bootstrap_port"] = self.bootstrap_port
+        if self.priority != DEFAULT_PRIORITY:
+            out["priority"] = self.priority
+        if self.cost != DEFAULT_COST:
+            out["cost"] = self.cost
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"url": self.url, "worker_type": self.worker_type, "bootstrap_port": self.bootstrap_port,
+                "priority": self.priority, "cost": self.cost}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> WorkerSpec:
+        bp = d.get("bootstrap_port")
+        return cls(url=str(d["url"]).rstrip("/"), worker_type=str(d.get("worker_type") or "regular"),
+                   bootstrap_port=int(bp) if bp is not None else None,
+                   priority=int(d.get("priority", DEFAULT_PRIORITY)), cost=float(d.get("cost", DEFAULT_COST)))
+
+
+@dataclass(frozen=True)
+class RouterWorker:
+    """One entry of ``GET /workers``."""
+
+    id: str
+    spec: WorkerSpec
+    healthy: bool
+    load: int | None
+
+    @classmethod
+    def from_listing(cls, entry: dict[str, Any]) -> RouterWorker:
+        load = entry.get("load")
+        return cls(id=str(entry.get("id", "")), spec=WorkerSpec.from_dict(entry),
+                   healthy=bool(entry.get("is_healthy", False)), load=int(load) if load is not None else None)
+
+
+class RouterClient:
+    """The production router (or a temporary one) at ``url``; ``api_key`` if it was started with one."""
+
+    def __init__(self, url: str, api_key: str | None = None, timeout_s: float = 5.0,
+                 poll_interval_s: float = 0.25) -> None:
+        self.url = url.rstrip("/")
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self.poll_interval_s = poll_interval_s
+
+    def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        try:
+            return call(method, self.url + path, body, self.timeout_s, self.api_key)
+        except HTTPError as e:
+            raise RouterError(f"router {self.url} did not answer ({e}); check pdfleet-router.service") from None
+
+    def workers(self) -> list[RouterWorker]:
+        """The router's current worker list."""
+        status, data = self._call("GET", "/workers")
+        if status != 200 or not isinstance(data, dict) or not isinstance(data.get("workers"), list):
+            raise RouterError(f"router {self.url}: GET /workers answered {status}: {str(data)[:200]}")
+        return [RouterWorker.from_listing(e) for e in data["workers"] if isinstance(e, dict) and e.get("url")]
+
+    def find(self, url: str) -> RouterWorker | None:
+        url = url.rstrip("/")
+        return next((w for w in self.workers() if w.spec.url == url), None)
+
+    def ready(self) -> bool:
+        """``/readiness`` is 200: the router has healthy workers of every kind it needs."""
+        try:
+            return self._call("GET", "/readiness")[0] == 200
+        except RouterError:
+            return False
+
+    def _wait(self, what: str, done: Any, wait_s: float) -> Any:
+        deadline = time.monotonic() + wait_s
+        while True:
+            result = done()
+            if result:
+                return result
+            if time.monotonic() >= deadline:
+                raise RouterError(f"router {self.url}: {what} not shown by GET /workers after {wait_s:g} s")
+            time.sleep(self.poll_interval_s)
+
+    def add(self, spec: WorkerSpec, wait_s: float = 30.0) -> tuple[RouterWorker, bool]:
+        """Add ``spec`` unless it is listed; wait until it is. Returns (entry, changed)."""
+        present = self.find(spec.url)
+        if present is not None:
+            return present, False
+        status, data = self._call("POST", "/workers", spec.body())
+        if status not in (200, 201, 202, 409):
+            raise RouterError(f"router {self.url}: POST /workers {spec.body()} answered {status}: {str(data)[:200]}")
+        return self._wait(f"worker {spec.url}", lambda: self.find(spec.url), wait_s), True
+
+    def remove(self, url: str, wait_s: float = 30.0) -> WorkerSpec | None:
+        """Remove the worker at ``url`` and wait until it is gone; returns the spec it had, None if absent."""
+        present = self.find(url)
+        if present is None:
+            return None
+        status, data = self._call("DELETE", f"/workers/{present.id}")
+        if status not in (200, 202, 204, 404):
+            raise RouterError(f"router {self.url}: DELETE /workers/{present.id} ({url}) answered {status}: "
+                              f"{str(data)[:200]}")
+        self._wait(f"removal of {url}", lambda: self.find(url) is None, wait_s)
+        return present.spec

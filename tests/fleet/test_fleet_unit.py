@@ -1,0 +1,191 @@
+"""pdfleet.fleet against fakes: load numbers (missing never idle), router membership with asynchronous jobs,
+drain, re-add with a confirmed request counter, the pair canary's request shape."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from pdfleet import fleet
+from pdfleet.fleet import load as fleet_load
+
+from .fakes import FakeRouter, FakeWorker, metrics, sglang_loads
+
+
+@pytest.fixture
+def worker() -> Iterator[FakeWorker]:
+    w = FakeWorker().start()
+    yield w
+    w.stop()
+
+
+@pytest.fixture
+def router() -> Iterator[FakeRouter]:
+    r = FakeRouter().start()
+    yield r
+    r.stop()
+
+
+def test_sglang_loads_idle_and_busy(worker: FakeWorker) -> None:
+    worker.loads = sglang_loads(dp=2)
+    worker.metrics_text = metrics(active={"/v1/chat/completions": 0, "/metrics": 1})
+    got = fleet.read_load(worker.url, "prefill")
+    assert got.idle, got.describe()  # the /metrics scrape itself is not user traffic
+    worker.loads = sglang_loads(bootstrap=3, dp=2)
+    got = fleet.read_load(worker.url, "prefill")
+    assert not got.idle and got.numbers["prefill_bootstrap"] == 6  # summed over DP ranks
+    assert "prefill_bootstrap=6" in got.describe()
+
+
+def test_stream_still_being_written_is_busy(worker: FakeWorker) -> None:
+    """The scheduler is done, but a response is still open: http_requests_active keeps it busy."""
+    worker.loads = sglang_loads()
+    worker.metrics_text = metrics(active={"/v1/chat/completions": 1})
+    got = fleet.read_load(worker.url, "decode")
+    assert not got.idle and got.numbers["http_active"] == 1
+
+
+def test_disagg_from_metrics_when_loads_lacks_it(worker: FakeWorker) -> None:
+    """The simulated worker's /v1/loads has only the core numbers: the queues come from /metrics."""
+    worker.loads = {"loads": [{"dp_rank": 0, "num_running_reqs": 0, "num_waiting_reqs": 0}]}
+    worker.metrics_text = metrics(active={}, bootstrap=0, inflight=2)
+    got = fleet.read_load(worker.url, "prefill")
+    assert not got.idle and got.numbers["prefill_inflight"] == 2 and not got.missing
+
+
+@pytest.mark.parametrize("case", ["no-disagg", "no-http-active", "no-metrics", "no-loads-no-metrics"])
+def test_missing_numbers_are_never_idle(worker: FakeWorker, case: str) -> None:
+    worker.loads = {"loads": [{"dp_rank": 0, "num_running_reqs": 0, "num_waiting_reqs": 0}]}
+    worker.metrics_text = {"no-disagg": metrics(active={}), "no-http-active": metrics(bootstrap=0, inflight=0),
+                           "no-metrics": None, "no-loads-no-metrics": None}[case]
+    if case == "no-loads-no-metrics":
+        worker.loads = None
+    got = fleet.read_load(worker.url, "prefill")
+    assert not got.idle and got.missing, got.to_dict()
+    assert "unknown" in got.describe()
+
+
+def test_unreachable_worker_is_not_idle() -> None:
+    got = fleet.read_load("http://127.0.0.1:9", "decode", timeout_s=1)
+    assert not got.idle and got.errors and set(got.missing) >= {"running", "http_active"}
+
+
+def test_wait_idle_needs_consecutive_idle_reads() -> None:
+    seq = iter([3, 0, 1, 0, 0, 0])
+
+    def read(url: str, role: str) -> fleet.WorkerLoad:
+        return fleet.WorkerLoad(url, role, {"running": float(next(seq))})
+
+    res = fleet.wait_idle([("u", "mono")], timeout_s=10, interval_s=0, read=read)
+    assert res.idle
+    res = fleet.wait_idle([("u", "mono")], timeout_s=0, interval_s=0,
+                          read=lambda u, r: fleet.WorkerLoad(u, r, {"running": 1.0}))
+    assert not res.idle and "running=1" in res.describe()
+
+
+def _pd_pair(prefill: FakeWorker, decode: FakeWorker) -> fleet.Pair:
+    return fleet.Pair("gpu01", (fleet.Member("pdfleet-prefill0", "prefill", prefill.url, "gpu01", "127.0.0.1", 8998),
+                                fleet.Member("pdfleet-decode0", "decode", decode.url, "gpu01", "127.0.0.1")))
+
+
+def test_router_add_remove_wait_for_the_listing(router: FakeRouter) -> None:
+    client = fleet.RouterClient(router.url, poll_interval_s=0.01)
+    spec = fleet.WorkerSpec("http://10.0.0.1:30000", "prefill", 8998, priority=7)
+    entry, changed = client.add(spec, wait_s=5)
+    assert changed and entry.spec == spec and client.find(spec.url) is not None
+    assert client.add(spec)[1] is False  # idempotent: no second POST
+    assert sum(c.startswith("POST") for c in router.calls) == 1
+    assert '"priority": 7' in next(c for c in router.calls if c.startswith("POST"))
+    assert client.remove(spec.url, wait_s=5) == spec  # the exact spec, for re-adding
+    assert client.find(spec.url) is None
+    assert client.remove(spec.url) is None  # absent: nothing to do
+
+
+def test_router_change_not_shown_in_time_fails(router: FakeRouter) -> None:
+    router.lag = 10_000
+    client = fleet.RouterClient(router.url, poll_interval_s=0.01)
+    with pytest.raises(fleet.RouterError, match="not shown by GET /workers after"):
+        client.add(fleet.WorkerSpec("http://10.0.0.1:30000", "decode"), wait_s=0.2)
+
+
+def test_router_unreachable_names_the_router() -> None:
+    with pytest.raises(fleet.RouterError, match=r"127\.0\.0\.1:9 did not answer"):
+        fleet.RouterClient("http://127.0.0.1:9", timeout_s=1).workers()
+
+
+def test_drain_and_readd(router: FakeRouter) -> None:
+    prefill, decode = FakeWorker().start(), FakeWorker().start()
+    try:
+        pair = _pd_pair(prefill, decode)
+        client = fleet.RouterClient(router.url, poll_interval_s=0.01)
+        for m in pair.members:
+            client.add(m.spec(), wait_s=5)
+        for w in (prefill, decode):
+            w.loads = sglang_loads()
+            w.metrics_text = metrics(active={})
+        res = fleet.drain(client, pair, timeout_s=5)
+        assert res.ok and [s.worker_type for s in res.removed] == ["decode", "prefill"]  # decode out first
+        assert client.workers() == []
+        # back in: the counters only move when requests arrive; the fake "router" probes never reach them,
+        # so routing is not confirmed, and the message names the counter and the probes
+        bad = fleet.readd(client, pair, res.removed, "m", confirm_timeout_s=0.5, probe_deadline_s=1)
+        assert not bad.confirmed and "num_requests_total stayed at 0.0" in bad.problems[0]
+        assert {w.spec.url for w in client.workers()} == set(pair.urls)
+        sent = []
+
+        def route() -> None:  # the router sends the probe to this pair: both counters move
+            sent.append(1)
+            for w in (prefill, decode):
+                w.metrics_text = metrics(active={}, requests_total=len(sent))
+
+        router.on_chat = route
+        ok = fleet.readd(client, pair, res.removed, "m", confirm_timeout_s=5)
+        assert ok.confirmed and ok.added == [] and ok.probes == 1  # already listed: nothing added twice
+        assert all(v == 1 for v in ok.after.values())
+    finally:
+        prefill.stop()
+        decode.stop()
+
+
+def test_drain_times_out_while_busy(router: FakeRouter, worker: FakeWorker) -> None:
+    worker.loads = sglang_loads(running=2)
+    worker.metrics_text = metrics(active={"/generate": 2})
+    pair = fleet.Pair("h", (fleet.Member("pdfleet-mono0", "mono", worker.url),))
+    res = fleet.drain(fleet.RouterClient(router.url, poll_interval_s=0.01), pair, timeout_s=0.3)
+    assert not res.ok and "running=2" in res.idle.describe() and "http_active=2" in res.idle.describe()
+
+
+def test_pair_canary_sends_what_the_router_sends() -> None:
+    prefill, decode = FakeWorker().start(), FakeWorker().start()
+    try:
+        res = fleet.pair_canary(_pd_pair(prefill, decode), "m")
+        assert res.ok and res.completion_tokens == 2
+        sent_p, sent_d = prefill.chats[0], decode.chats[0]
+        assert sent_p == sent_d and sent_d["bootstrap_port"] == 8998 and sent_d["bootstrap_host"] == "127.0.0.1"
+    finally:
+        prefill.stop()
+        decode.stop()
+    down = fleet.pair_canary(fleet.Pair("h", (fleet.Member("m0", "mono", "http://127.0.0.1:9"),)), "m", 2)
+    assert not down.ok and "m0" in down.problem
+
+
+def test_gate_router_command_knows_only_the_pair() -> None:
+    pair = fleet.Pair("gpu02", (fleet.Member("p", "prefill", "http://10.0.0.2:30000", bootstrap_port=8998),
+                                fleet.Member("d", "decode", "http://10.0.0.2:30001")))
+    cmd = fleet.gate.router_command(pair, 1234, 1235, "py")
+    assert cmd[cmd.index("--prefill") + 1:cmd.index("--prefill") + 3] == ["http://10.0.0.2:30000", "8998"]
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and "--worker-urls" not in cmd
+    mono = fleet.gate.router_command(fleet.Pair("h", (fleet.Member("m", "mono", "http://10.0.0.3:30000"),)), 1, 2)
+    assert "--pd-disaggregation" not in mono and mono[mono.index("--worker-urls") + 1] == "http://10.0.0.3:30000"
+
+
+def test_gate_settings_are_short_and_overridable() -> None:
+    s = fleet.gate_settings(cycles=2, skip=["bench", "cascade"])
+    assert s.cycles == 2 and s.skip == ("bench", "cascade") and fleet.gate_settings().window_s < 20
+
+
+def test_http_active_parsing() -> None:
+    assert fleet_load.http_active("") is None
+    assert fleet_load.http_active("# TYPE sglang:http_requests_active gauge\n") == 0.0
+    text = metrics(active={"/generate": 2, "/health": 3, "/v1/completions": 1})
+    assert fleet_load.http_active(text) == 3.0

@@ -1,0 +1,121 @@
+"""What a converge removes (pdfleet.prune): the marker in every rendered unit, stale vs foreign units, the
+filter the units role uses, the SSH scan's parser, conformance's check and `pdfleet plan --removals`."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import EXAMPLES, PROFILES
+from pdfleet import prune
+from pdfleet.cluster import plan_inventory
+from pdfleet.paths import REPO_ROOT
+from pdfleet.render import render_plan
+
+sys.path.insert(0, str(REPO_ROOT / "ansible" / "plugins" / "filter"))
+from pdfleet_units_prune import pdfleet_units_prune  # the role's filter, as Ansible loads it
+
+UNITS = "/etc/systemd/system"
+FOREIGN = "[Unit]\nDescription=hand made\n[Service]\nExecStart=/bin/sleep infinity\n"
+
+
+def _rendered(profile: str, tmp_path: Path) -> dict[str, str]:
+    """unit name -> text of every unit the profile renders, from every host."""
+    render_plan(plan_inventory(EXAMPLES / profile), tmp_path)
+    return {p.stem: p.read_text() for p in tmp_path.rglob("*.service")}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_rendered_unit_carries_the_marker(profile: str, tmp_path: Path) -> None:
+    plan = plan_inventory(EXAMPLES / profile)
+    texts = _rendered(profile, tmp_path)
+    for unit in plan.units():
+        found = prune.parse_unit(f"{UNITS}/{unit.name}.service", texts[unit.name])
+        assert found.marked and found.kind == unit.kind and found.role == unit.role and found.url == unit.url
+        assert found.env_files == (f"{plan.service['config_dir']}/{unit.name}.env",)  # never secrets.env
+
+
+def test_stale_and_foreign_are_told_apart(tmp_path: Path) -> None:
+    texts = _rendered("pd-4p4d", tmp_path)
+    installed = [prune.parse_unit(f"{UNITS}/{name}.service", text) for name, text in texts.items()]
+    installed += [prune.parse_unit(f"{UNITS}/pdfleet-handmade.service", FOREIGN),
+                  prune.parse_unit(f"{UNITS}/handmade-echo.service", FOREIGN)]
+    # decode0 renamed: the plan names prefill0, decodeA and the router
+    r = prune.removals("gpu01", installed, ["pdfleet-prefill0", "pdfleet-decodeA", "pdfleet-router"])
+    assert [u.name for u in r.stale] == ["pdfleet-decode0"]
+    assert r.stale[0].url == "http://192.0.2.10:30001" and r.stale[0].env_files == ("/etc/pdfleet/pdfleet-decode0.env",)
+    assert [u.name for u in r.foreign] == ["pdfleet-handmade"]  # handmade-echo is outside the convention
+    assert r.warnings() == [f"gpu01: {UNITS}/pdfleet-handmade.service is named like a pdfleet unit but pdfleet did "
+                            "not create it (no X-Pdfleet-Kind line); left alone. Rename it outside the pdfleet-* "
+                            "convention, or remove it by hand."]
+    # a host the plan no longer uses at all: everything of pdfleet's goes, the router last
+    gone = prune.removals("gpu01", installed, [])
+    assert [u.name for u in gone.stale] == ["pdfleet-decode0", "pdfleet-prefill0", "pdfleet-router"]
+    assert prune.removals("gpu01", installed, texts).stale == ()
+
+
+def test_the_roles_filter_reads_slurp_results(tmp_path: Path) -> None:
+    texts = _rendered("mono-tp8", tmp_path)
+    slurped = [{"content": base64.b64encode(t.encode()).decode(), "source": f"{UNITS}/{n}.service",
+                "encoding": "base64"} for n, t in texts.items()]
+    slurped.append({"content": base64.b64encode(FOREIGN.encode()).decode(),
+                    "source": f"{UNITS}/pdfleet-handmade.service"})
+    slurped.append({"skipped": True})
+    out = pdfleet_units_prune(slurped, "gpu01", ["pdfleet-router"])
+    assert [u["name"] for u in out["stale"]] == ["pdfleet-mono0"]
+    assert out["stale"][0]["env_files"] == ["/etc/pdfleet/pdfleet-mono0.env"]
+    assert [u["name"] for u in out["foreign"]] == ["pdfleet-handmade"]
+    assert json.loads(json.dumps(out)) == out  # plain data for Ansible
+
+
+def test_the_roles_find_pattern_is_the_convention() -> None:
+    tasks = yaml.safe_load((REPO_ROOT / "ansible/roles/pdfleet_units/tasks/prune.yml").read_text())
+    find = next(t for t in tasks if "ansible.builtin.find" in t)["ansible.builtin.find"]
+    assert find["paths"] == prune.UNIT_DIR and find["patterns"] == [prune.UNIT_GLOB]
+
+
+def test_scan_command_output_is_parsed(tmp_path: Path) -> None:
+    unit_dir = tmp_path / "units"
+    unit_dir.mkdir()
+    texts = _rendered("pd-4p4d", tmp_path / "out")
+    (unit_dir / "pdfleet-decode0.service").write_text(texts["pdfleet-decode0"])
+    (unit_dir / "pdfleet-handmade.service").write_text(FOREIGN)
+    (unit_dir / "other.service").write_text(FOREIGN)
+    cmd = prune.SCAN_COMMAND.replace(prune.UNIT_DIR, str(unit_dir))
+    out = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, check=True).stdout
+    found = {u.name: u for u in prune.parse_scan(out)}
+    assert sorted(found) == ["pdfleet-decode0", "pdfleet-handmade"]
+    assert found["pdfleet-decode0"].marked and found["pdfleet-decode0"].role == "decode"
+    assert not found["pdfleet-handmade"].marked
+    assert prune.parse_scan("") == []
+
+
+def test_conformance_names_running_unplanned_units() -> None:
+    marked = prune.InstalledUnit("pdfleet-decode0", f"{UNITS}/pdfleet-decode0.service", True, "worker")
+    foreign = prune.InstalledUnit("pdfleet-handmade", f"{UNITS}/pdfleet-handmade.service", False)
+    active = ["pdfleet-prefill0.service", "pdfleet-decode0.service", "pdfleet-handmade.service", "sshd.service"]
+    problems = prune.active_unplanned("node1", active, [marked, foreign], ["pdfleet-prefill0", "pdfleet-router"])
+    assert problems == [
+        "node1: pdfleet-decode0.service is running but the plan does not name it for this host (pdfleet created "
+        "it: run site.yml to drain and remove it)",
+        "node1: pdfleet-handmade.service is running but the plan does not name it for this host (pdfleet did not "
+        "create it: stop it, or rename it outside the pdfleet-* convention)"]
+    assert prune.active_unplanned("node1", ["pdfleet-prefill0.service"], [], ["pdfleet-prefill0"]) == []
+
+
+def test_plan_removals_names_an_unreachable_host(tmp_path: Path) -> None:
+    inventory = tmp_path / "inv"
+    shutil.copytree(EXAMPLES / "pd-4p4d", inventory)
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
+    hosts["all"]["children"]["pdfleet_hosts"]["hosts"]["gpu01"] = {"ansible_host": "127.0.0.1", "ansible_port": 1}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    proc = subprocess.run([str(Path(sys.executable).parent / "pdfleet"), "plan", "-i", str(inventory), "--removals"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("pdfleet: host gpu01 (127.0.0.1):") and "Traceback" not in proc.stderr
