@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import EXAMPLES, PROFILES
 from pdfleet import prune
 from pdfleet.cluster import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from pdfleet.render import render_plan
+from plan_support import EXAMPLES, PROFILES
 
 sys.path.insert(0, str(REPO_ROOT / "ansible" / "plugins" / "filter"))
 from pdfleet_units_prune import pdfleet_units_prune  # the role's filter, as Ansible loads it
@@ -118,4 +118,4 @@ def test_plan_removals_names_an_unreachable_host(tmp_path: Path) -> None:
     proc = subprocess.run([str(Path(sys.executable).parent / "pdfleet"), "plan", "-i", str(inventory), "--removals"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.startswith("pdfleet: host gpu01 (127.0.0.1):") and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("pdfleet: host gpu01 (127.0.0.1:1):") and "Traceback" not in proc.stderr
