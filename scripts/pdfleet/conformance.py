@@ -27,13 +27,11 @@ from pdfleet.inventory import load_inventory
 from pdfleet.model import ROOT_VARIABLE, HostSpec, parse_cluster
 from pdfleet.paths import PATCH_DIR, REPO_ROOT
 from pdfleet.planner import Plan, Unit
+from pdfleet.versions import DRIVER_HOLD_REGEX, UCX_TLS_ALIASES
 
 SUITE_DIR = REPO_ROOT / "tests" / "conformance"
-# What is held: every package of the driver (nvidia_driver role, vars/<distro>.yml).
-HELD_PACKAGES = re.compile(r"^(nvidia-.*|libnvidia-.*|libcuda1)$")
-# UCX_TLS words that are aliases, not transports ucx_info lists (nixl role, vars/main.yml).
-UCX_TLS_ALIASES = frozenset({"all", "sm", "shm", "mm", "cuda", "rocm", "ib", "rc", "ud", "dc", "rc_x", "ud_x", "dc_x",
-                             "rc_v", "ud_v", "ugni"})
+# What is held: every package of the driver (constants.yml, which the nvidia_driver role reads too).
+HELD_PACKAGES = DRIVER_HOLD_REGEX["Debian"]
 SMI_QUERY = "name,memory.total,compute_cap,driver_version"
 
 

@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from pdfleet import patches
+from pdfleet import patches, versions
 from pdfleet.cluster import plan_inventory
 from pdfleet.inventory import load_inventory
 from pdfleet.patchcli import patch_subcommands
@@ -20,7 +20,7 @@ from pdfleet.paths import DEFAULT_INVENTORY
 from pdfleet.remote import RemoteError, connection_for, run
 from pdfleet.table import format_table
 
-RECORD_NAME = "pdfleet-record.json"
+RECORD_NAME = versions.RECORD_NAME  # constants.yml, shared with the sglang role
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -15,7 +15,7 @@ try:
     from pdfleet.paths import REPO_ROOT, TEMPLATE_DIR
     from pdfleet.planner import build_plan
     from pdfleet.render import unit_context
-    from pdfleet.runtime import OVERLAY_REQUIREMENTS
+    from pdfleet.versions import OVERLAY_REQUIREMENTS  # light: never the heavy pdfleet.runtime
 except ImportError as exc:  # pragma: no cover - depends on how ansible-playbook was started
     _IMPORT_ERROR: ImportError | None = exc
 else:
