@@ -31,9 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the scratch-cluster helper
 
-from simcluster import SITE, ScratchCluster, scratch_cluster  # noqa: E402
-
-from pdfleet.paths import DEFAULT_INVENTORY, REPO_ROOT  # noqa: E402
+from pdfleet.paths import DEFAULT_INVENTORY, REPO_ROOT
+from simcluster import SITE, ScratchCluster, scratch_cluster
 
 BIN = Path(sys.executable).parent
 STAGES = ("Preflight", "Sim", "Provision", "Deploy", "Verify")
