@@ -116,13 +116,15 @@ def setup_time(cluster: ScratchCluster) -> float:
     return time.monotonic() - t0
 
 
-def kill_windows_s(cluster: ScratchCluster) -> float:
-    """cycles x window_s of the cascade check in the newest verdict report."""
+def kill_windows_s(cluster: ScratchCluster) -> tuple[float, dict[str, float]]:
+    """cycles x window_s of the cascade check in the newest verdict report, and each check's duration."""
     report = cluster.latest_report()
-    for check in report.get("checks", []):
+    checks = report.get("checks", [])
+    durations = {c.get("name", "?"): round(float(c.get("duration_s", 0)), 1) for c in checks}
+    for check in checks:
         if check.get("name") == "cascade":
             t = check.get("thresholds", {})
-            return float(t.get("cycles", 1)) * float(t.get("window_s", 0))
+            return float(t.get("cycles", 1)) * float(t.get("window_s", 0)), durations
     raise SystemExit(f"no cascade check in the report: {sorted(report)}")
 
 
@@ -137,7 +139,7 @@ def bench_one(source: Path, root: Path) -> dict[str, object]:
         setup_s = setup_time(cluster)
         log(f"{source}: verification alone (--tags verify)")
         verify_wall, verify = playbook(cluster, "--tags", "verify")
-        windows = kill_windows_s(cluster)
+        windows, check_s = kill_windows_s(cluster)
     noop_prof = profile(noop)
     verify_s = profile(verify)["stages_s"].get("Verify", 0.0)
     return {
@@ -152,6 +154,7 @@ def bench_one(source: Path, root: Path) -> dict[str, object]:
         "verify_play_s": round(verify_s, 1),
         "verify_wall_s": round(verify_wall, 1),
         "kill_windows_s": windows,
+        "verify_checks_s": check_s,
         "verify_beyond_windows_over_windows": round((verify_s - windows) / windows, 2) if windows else None,
     }
 
@@ -162,6 +165,7 @@ def print_figures(figures: dict) -> None:
         for key in ("first_converge_s", "noop_converge_s", "setup_s", "noop_over_setup", "verify_play_s",
                     "kill_windows_s", "verify_beyond_windows_over_windows"):
             print(f"  {key:36} {run[key]}")
+        print(f"  {'verification checks (s)':36} {run['verify_checks_s']}")
         print(f"  {'first converge per stage':36} {run['first_converge_stages_s']}")
         noop = run["noop"]
         print(f"  {'no-op changed':36} {noop['changed']}")

@@ -8,6 +8,7 @@ Everything the role's no-op path needs in one round trip, instead of a module ca
   files          {path: {content, mode, owner, group} or null} of the small files the role writes
                  (record, .pth, wheel marker)
   wheel_ok       the installed pdfleet wheel's files all match the hashes of its RECORD (hand edits show)
+  wheel_bad      else the first file that does not (or "not installed")
 Nothing is changed on the host.
 """
 
@@ -55,27 +56,29 @@ def _file(path: str) -> dict | None:
             "owner": pwd.getpwuid(st.st_uid).pw_name, "group": grp.getgrgid(st.st_gid).gr_name}
 
 
-def _record_ok(purelib: str, dist_info: str) -> bool:
-    """Every file of the RECORD present with its recorded sha256 (pip writes urlsafe base64, no padding)."""
+def _record_bad(purelib: str, dist_info: str) -> str:
+    """The first file of the RECORD missing or not at its recorded sha256 ("" when all match; pip writes
+    urlsafe base64 without padding)."""
     record = _read(os.path.join(purelib, dist_info, "RECORD"))
     if record is None:
-        return False
+        return f"{dist_info}/RECORD (missing)"
     for line in record.splitlines():
         parts = line.rsplit(",", 2)
         if len(parts) != 3 or not parts[1].startswith("sha256="):
             continue
         path = os.path.normpath(os.path.join(purelib, parts[0]))
         if not os.path.isfile(path):
-            return False
+            return f"{path} (missing)"
         digest = base64.urlsafe_b64encode(_sha256(path).digest()).rstrip(b"=").decode()
         if digest != parts[1][len("sha256="):]:
-            return False
-    return True
+            return f"{path} (sha256 differs from the RECORD)"
+    return ""
 
 
 def main() -> None:
     cfg = json.loads(sys.argv[1])
-    out = {"debs_missing": [], "purelib": "", "dists": [], "conn_sha256": "", "files": {}, "wheel_ok": False}
+    out = {"debs_missing": [], "purelib": "", "dists": [], "conn_sha256": "", "files": {}, "wheel_ok": False,
+           "wheel_bad": "not installed"}
     if cfg.get("debs"):
         proc = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${db:Status-Status}\n", *cfg["debs"]],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -90,7 +93,8 @@ def main() -> None:
                 name, _, version = entry[: -len(".dist-info")].partition("-")
                 out["dists"].append(_norm(name, version))
                 if name.lower() == "pdfleet":
-                    out["wheel_ok"] = _record_ok(purelib, entry)
+                    out["wheel_bad"] = _record_bad(purelib, entry)
+                    out["wheel_ok"] = out["wheel_bad"] == ""
         conn = os.path.join(purelib, cfg["conn_file"])
         if os.path.isfile(conn):
             out["conn_sha256"] = _sha256(conn).hexdigest()
