@@ -57,6 +57,9 @@ def _ts(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+EXTRA_ARGS: list[str] = []  # --ansible-arg: passed to every ansible-playbook run
+
+
 def playbook(cluster: ScratchCluster, *extra: str) -> tuple[float, dict]:
     """Run site.yml with the JSON callback; (wall seconds, the callback's document)."""
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_NOCOLOR="1",
@@ -65,7 +68,7 @@ def playbook(cluster: ScratchCluster, *extra: str) -> tuple[float, dict]:
                          "pdfleet_verify_reports_dir": str(cluster.reports_dir)})
     t0 = time.monotonic()
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(cluster.inventory), str(SITE), "-e", verify,
-                           *extra], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
+                           *EXTRA_ARGS, *extra], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
     wall = time.monotonic() - t0
     start = proc.stdout.find("{")
     if proc.returncode != 0 or start < 0:
@@ -184,6 +187,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inventory", type=Path, action="append",
                         help=f"sim inventory to copy (repeat; default {DEFAULT_INVENTORY})")
+    parser.add_argument("--ansible-arg", action="append", default=[], metavar="ARG",
+                        help="an extra ansible-playbook argument for every run (repeat), e.g. -e k=v")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--cold-howto", action="store_true", help="print how to measure a cold `make site`")
     args = parser.parse_args()
@@ -193,6 +198,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bench_converge: run as root (the simulated cluster needs systemd-nspawn and a bridge)", file=sys.stderr)
         return 2
+    EXTRA_ARGS.extend(args.ansible_arg)
     sources = args.inventory or [DEFAULT_INVENTORY]
     for s in sources:
         if not (s / "hosts.yml").is_file():
