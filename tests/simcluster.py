@@ -67,8 +67,9 @@ class ScratchCluster:
                                  f"{proc.stderr}")
         return proc
 
-    def ssh(self, command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["ssh", "-F", str(self.state_dir / "ssh_config"), "node1", command],
+    def ssh(self, command: str, timeout: float = 60, host: str = "node1") -> subprocess.CompletedProcess[str]:
+        """Run `command` on one sim host (default node1, the one-host cluster's only host) as root."""
+        return subprocess.run(["ssh", "-F", str(self.state_dir / "ssh_config"), host, command],
                               capture_output=True, text=True, timeout=timeout, check=False)
 
     def set_model(self, section: str, **values: object) -> None:

@@ -297,12 +297,14 @@ class CpuPrefill:
         *,
         engine_rank: int = 0,
         transfer_workers: int = 1,
+        attn_tp_size: int = 1,
     ) -> CpuPrefill:
         """Build the manager, bind its PULL socket on ``host:port`` (0: a free port) and start threads.
 
         ``conn`` is the imported conn module (:func:`load_conn_module`). ``host`` is loopback in tests and
         the simulated host's own address on the sim bridge when a sim worker runs it. Starts the real
-        bootstrap thread and ``transfer_workers`` real transfer workers.
+        bootstrap thread and ``transfer_workers`` real transfer workers. ``engine_rank`` and ``attn_tp_size``
+        say which TP rank of how many this manager is (a TP prefill runs one manager per rank).
         """
         import zmq
 
@@ -319,7 +321,7 @@ class CpuPrefill:
             sock.close()
             ctx.term()
             raise NixlCpuError(f"cannot bind tcp://{host}:{port} ({e}); pick another port or pass 0") from e
-        _init_prefill_state(conn, mgr, ctx, sock, host, port, engine_rank, transfer_workers)
+        _init_prefill_state(conn, mgr, ctx, sock, host, port, engine_rank, transfer_workers, attn_tp_size)
 
         before = set(threading.enumerate())
         mgr._start_bootstrap_thread()
@@ -456,6 +458,7 @@ def _init_prefill_state(
     port: int,
     engine_rank: int,
     transfer_workers: int,
+    attn_tp_size: int = 1,
 ) -> None:
     """Set what ``CommonKVManager``/``NixlKVManager.__init__`` would, for the prefill threads only.
 
@@ -464,7 +467,7 @@ def _init_prefill_state(
     from collections import defaultdict
     from types import SimpleNamespace
 
-    kv_args = SimpleNamespace(engine_rank=engine_rank, pp_rank=0, system_dp_rank=0, gpu_id=0)
+    kv_args = SimpleNamespace(engine_rank=engine_rank, pp_rank=0, system_dp_rank=0, gpu_id=engine_rank)
     mgr.kv_args = kv_args
     mgr.disaggregation_mode = conn.DisaggregationMode.PREFILL
     mgr.is_mla_backend = False
@@ -481,8 +484,8 @@ def _init_prefill_state(
     mgr.transfer_infos = {}
     mgr.req_to_decode_prefix_len = {}
     mgr.decode_kv_args_table = {}
-    mgr.attn_tp_size = 1
-    mgr.attn_tp_rank = 0
+    mgr.attn_tp_size = attn_tp_size
+    mgr.attn_tp_rank = engine_rank % attn_tp_size
     mgr.pp_size = 1
     mgr.pp_rank = 0
     mgr.enable_staging = False

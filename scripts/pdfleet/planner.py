@@ -231,13 +231,39 @@ def _check_roles(c: ClusterModel) -> list[Problem]:
                                f"workers, the plan has {count}", "use round_robin or cache_aware",
                                host=c.router.host))
     hosts_by_role = {r: {i.host for i in c.instances if i.role == r} for r in ("prefill", "decode")}
-    if c.profile == "pd-4p4d" and len({i.host for i in c.instances}) > 1:
-        out.append(Problem("pdfleet_cluster.profile", "pd-4p4d puts prefill and decode on one host, but the "
-                           "instances span several", "use profile pd-multinode, or put them on one host"))
+    if c.profile == "pd-4p4d":
+        out += _check_4p4d_hosts(c)
     if c.profile == "pd-multinode" and hosts_by_role["prefill"] & hosts_by_role["decode"]:
         shared = ", ".join(sorted(hosts_by_role["prefill"] & hosts_by_role["decode"]))
         out.append(Problem("pdfleet_cluster.profile", f"pd-multinode but {shared} runs prefill and decode",
                            "move decode to its own host(s), or use profile pd-4p4d"))
+    return out
+
+
+def _check_4p4d_hosts(c: ClusterModel) -> list[Problem]:
+    """pd-4p4d is a fleet of self-contained hosts: each worker host runs its own prefill and decode, with
+    the host's GPUs split evenly between them (4+4 on an 8-GPU host). One such host is the classic shape;
+    several behind one router are a fleet, in which the router may pair any decode with any prefill (KV then
+    crosses hosts, which the per-host split does not forbid). The router may sit on a worker host or on its
+    own GPU-less host (an inventory host outside pdfleet_cluster.hosts)."""
+    out: list[Problem] = []
+    gpus: dict[str, dict[str, int]] = {}
+    for inst in c.instances:
+        if inst.role in ("prefill", "decode"):
+            per_role = gpus.setdefault(inst.host, {"prefill": 0, "decode": 0})
+            per_role[inst.role] += len(inst.gpus)
+    for host, per_role in sorted(gpus.items()):
+        missing = [r for r in ("prefill", "decode") if per_role[r] == 0]
+        if missing:
+            has = "decode" if missing == ["prefill"] else "prefill"
+            out.append(Problem("pdfleet_cluster.profile", f"pd-4p4d puts prefill and decode on every worker "
+                               f"host, but {host} runs only {has}",
+                               f"add a {missing[0]} instance on {host}, or use profile pd-multinode", host=host))
+        elif per_role["prefill"] != per_role["decode"]:
+            out.append(Problem("pdfleet_cluster.profile", f"pd-4p4d splits each host's GPUs evenly, but {host} "
+                               f"gives prefill {per_role['prefill']} and decode {per_role['decode']}",
+                               f"give prefill and decode on {host} the same number of GPUs (4+4 on 8), or use "
+                               "profile pd-multinode", host=host))
     return out
 
 

@@ -9,7 +9,8 @@ import pytest
 import yaml
 from pdfleet.paths import REPO_ROOT
 
-PROFILES = ("pd-4p4d", "pd-multinode", "mono-tp8")
+# The shipped example inventories (inventory/examples/<name>), each with golden renders.
+PROFILES = ("pd-4p4d", "pd-multinode", "mono-tp8", "pd-fleet")
 EXAMPLES = REPO_ROOT / "inventory" / "examples"
 CATALOGUE = yaml.safe_load((Path(__file__).parent / "malformed.yml").read_text())
 

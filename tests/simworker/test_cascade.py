@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from pdfleet.simworker.client import chat_body
-from pdfleet.simworker.launch import LocalPD, RouterSpec, http_get, http_json
+from pdfleet.simworker.launch import HOST, LocalPD, RouterSpec, http_get, http_json
 
 from .helpers import stage_counts, wait_until
 
@@ -105,19 +105,24 @@ def test_abort_cascade_through_router(version: str, flavour: str, router: Router
         probe_s = time.monotonic() - t
         prefill_log = pd.log_text("prefill")
         threads = http_json(pd.prefill_url + "/pdfleet/sim")[1]["kv_threads"]
+        # The prefill runs TP4: one real bootstrap thread per rank, each on its own socket.
+        readers = [alive for name, alive in threads.items() if name.startswith("bootstrap_thread@tp")]
+        assert len(readers) == 4, threads
+        route = f"http://{HOST}:{pd.bootstrap_port}/route?prefill_dp_rank=0&prefill_cp_rank=0&target_pp_rank=0"
+        assert len({http_json(f"{route}&target_tp_rank={r}")[1]["rank_port"] for r in range(4)}) == 4
         report = (f"{version} {flavour}: {first} first tokens before the kill, {aborted_pending} aborted with a "
                   f"pending transfer, probe status {status} in {probe_s:.2f}s, threads {threads}")
         print(report)
         if SURVIVES[(version, flavour)]:
             assert status == 200, report
             assert res["id"].startswith("chatcmpl-") and res["model"] == pd.model
-            assert threads["bootstrap_thread"] is True, report
+            assert all(readers), report
             assert not any(sig in prefill_log for sig in DEATH_SIGNATURES), report
             assert "Exception in thread" not in prefill_log
             wait_until(lambda: not stage_counts(pd.prefill_url), 10, "the prefill queues to drain")
         else:
             assert status != 200, f"the wedge did not happen: {report}"
-            assert threads["bootstrap_thread"] is False, report
+            assert not any(readers), report  # the decode's ABORT reached every rank
             assert "First message should be" in prefill_log and "Exception in thread" in prefill_log
             assert stage_counts(pd.prefill_url).get("bootstrap", 0) >= 1, "the probe should sit in Bootstrapping"
             assert http_get(pd.prefill_url + "/health")[0] == 200

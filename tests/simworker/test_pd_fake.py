@@ -100,3 +100,77 @@ def test_abort_with_pending_transfer(pair: Pair) -> None:
         status, res = pair.request()
         assert status == 200, res
         assert pair.prefill.state()["kv_threads"]["bootstrap_thread"] is True
+
+
+def _tp_pair(python: str, env: dict[str, str], tmp: Path, prefill_tp: int, decode_tp: int) -> Pair:
+    bport = free_port()
+    common = ["--disaggregation-transfer-backend", "nixl", "--disaggregation-bootstrap-port", str(bport)]
+    prefill = Worker(python, env, tmp / "prefill.log",
+                     ["--disaggregation-mode", "prefill", "--tp", str(prefill_tp), *common])
+    try:
+        decode = Worker(python, env, tmp / "decode.log",
+                        ["--disaggregation-mode", "decode", "--tp", str(decode_tp), *common])
+    except BaseException:
+        prefill.close()
+        raise
+    return Pair(prefill, decode, bport)
+
+
+def _bootstrap_threads(worker: Worker) -> dict[str, bool]:
+    return {k: v for k, v in worker.state()["kv_threads"].items() if k.startswith("bootstrap_thread")}
+
+
+def test_every_tp_rank_registers_its_own_socket(sim_python: str, fake_env: dict[str, str], tmp_path: Path) -> None:
+    p = _tp_pair(sim_python, fake_env, tmp_path, 4, 4)
+    try:
+        base = f"http://{HOST}:{p.bootstrap_port}/route?prefill_dp_rank={{}}&prefill_cp_rank={{}}" \
+               "&target_tp_rank={}&target_pp_rank={}"
+        status, layout = http_json(base.format(-1, -1, -1, -1))
+        assert status == 200 and layout["attn_tp_size"] == 4
+        ports = {http_json(base.format(0, 0, r, 0))[1]["rank_port"] for r in range(4)}
+        assert len(ports) == 4  # four sockets, one per rank
+        assert http_get(base.format(0, 0, 4, 0))[0] == 404
+        assert _bootstrap_threads(p.prefill) == {f"bootstrap_thread@tp{r}": True for r in range(4)}
+    finally:
+        p.close()
+
+
+@pytest.mark.parametrize("decode_tp", [2, 4, 8])
+def test_tp_pair_serves_with_any_rank_mapping(decode_tp: int, sim_python: str, fake_env: dict[str, str],
+                                              tmp_path: Path) -> None:
+    """Decode TP below, equal to and above the prefill's 4: every prefill rank gets the transfer info it
+    waits for (required_dst_info_num decode ranks each), or the room would stay Bootstrapping."""
+    p = _tp_pair(sim_python, {**fake_env, "PDFLEET_SIM_DECODE_TOKENS_PER_S": "400"}, tmp_path, 4, decode_tp)
+    try:
+        for _ in range(2):
+            status, res = p.request(max_tokens=6)
+            assert status == 200, res
+        assert p.decode.state()["prefill_peers"] == {f"{HOST}:{p.bootstrap_port}": 2}
+        wait_until(lambda: not stage_counts(p.prefill.url), 5, "the prefill queues to drain")
+    finally:
+        p.close()
+
+
+@pytest.mark.parametrize("kind", ["pristine", "patched"])
+def test_abort_reaches_every_prefill_rank(kind: str, sim_python: str, fake_env: dict[str, str],
+                                          tmp_path: Path) -> None:
+    """The decode's ABORT goes to every target prefill rank: on the affected versions every rank's reader
+    dies (not only rank 0's), on the fixed ones every rank survives and the pair still serves."""
+    env = {**fake_env, "PDFLEET_SIM_DECODE_TOKENS_PER_S": "400",
+           "PDFLEET_SIM_FAKE_ABORT_KILLS_THREAD": "1" if kind == "pristine" else "0"}
+    p = _tp_pair(sim_python, env, tmp_path, 4, 4)
+    try:
+        assert p.request()[0] == 200  # resolves all four prefill ranks
+        body = {**chat_body("dsv4-sim", "never prefilled", 8, True), "bootstrap_host": HOST,
+                "bootstrap_port": p.bootstrap_port, "bootstrap_room": 4343}
+        open_and_drop(p.decode.url, "/v1/chat/completions", body, 0.5)
+        wait_until(lambda: p.decode.state()["counters"]["sglang:num_transfer_failed_reqs_total"] == 1, 10,
+                   "the decode-side abort")
+        if kind == "pristine":
+            wait_until(lambda: not any(_bootstrap_threads(p.prefill).values()), 5, "every rank's reader to die")
+            assert p.prefill.log.read_text().count("AssertionError: First message should be") == 4
+        else:
+            assert p.request()[0] == 200
+            assert all(_bootstrap_threads(p.prefill).values())
+    finally:
+        p.close()

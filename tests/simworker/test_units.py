@@ -7,7 +7,9 @@ import re
 import pytest
 from pdfleet.simworker import engine
 from pdfleet.simworker.args import SettingsError, SimSettings, parse_args
+from pdfleet.simworker.kv import DecodePeer, KVPoll, ThreadState, TPPrefillKV
 from pdfleet.simworker.metrics import Metrics
+from pdfleet.simworker.pd import BootstrapError, target_tp_ranks
 
 # The command line our systemd units pass to `python -m sglang.launch_server` (planner._worker_unit).
 UNIT_ARGV = [
@@ -119,3 +121,49 @@ def test_package_imports_without_heavy_deps() -> None:
             "bad = [m for m in ('torch', 'sglang', 'aiohttp', 'zmq') if m in sys.modules]\n"
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(("decode_tp", "prefill_tp", "expected"), [
+    (4, 4, {0: ([0], 1), 1: ([1], 1), 2: ([2], 1), 3: ([3], 1)}),
+    (8, 4, {0: ([0], 2), 1: ([0], 2), 6: ([3], 2), 7: ([3], 2)}),
+    (2, 4, {0: ([0, 1], 1), 1: ([2, 3], 1)}),
+    (1, 4, {0: ([0, 1, 2, 3], 1)}),
+])
+def test_target_tp_ranks_follow_sglang(decode_tp: int, prefill_tp: int, expected: dict) -> None:
+    for decode_rank, want in expected.items():
+        assert target_tp_ranks(decode_rank, decode_tp, prefill_tp) == want
+    # Together the decode ranks cover every prefill rank, each exactly required_dst_info_num times.
+    hits = [t for r in range(decode_tp) for t in target_tp_ranks(r, decode_tp, prefill_tp)[0]]
+    required = target_tp_ranks(0, decode_tp, prefill_tp)[1]
+    assert sorted(set(hits)) == list(range(prefill_tp)) and all(hits.count(t) == required for t in set(hits))
+
+
+def test_target_tp_ranks_refuse_sizes_that_do_not_divide() -> None:
+    with pytest.raises(BootstrapError, match="decode TP 3 and prefill TP 4"):
+        target_tp_ranks(0, 3, 4)
+
+
+def test_tp_prefill_polls_like_an_all_reduce_min() -> None:
+    ranks = [_Rank(KVPoll.WaitingForInput), _Rank(KVPoll.Bootstrapping), _Rank(KVPoll.WaitingForInput)]
+    kv = TPPrefillKV(ranks)  # type: ignore[list-item]
+    assert kv.poll(1) == KVPoll.Bootstrapping  # one rank still lacks its decode's transfer info
+    ranks[1].status = KVPoll.WaitingForInput
+    assert kv.poll(1) == KVPoll.WaitingForInput
+    ranks[2].status = KVPoll.Failed
+    assert kv.poll(1) == KVPoll.Failed  # a failure on any rank fails the room
+    assert [t.name for t in kv.threads()] == ["bootstrap_thread@tp0", "bootstrap_thread@tp1", "bootstrap_thread@tp2"]
+    assert [p.port for p in kv.decode_peers(1)] == [7]  # the same decode endpoint, reported by every rank, once
+
+
+class _Rank:
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+    def poll(self, room: int) -> int:
+        return self.status
+
+    def threads(self) -> list[ThreadState]:
+        return [ThreadState("bootstrap_thread", True)]
+
+    def decode_peers(self, room: int) -> list[DecodePeer]:
+        return [DecodePeer("10.0.0.1", 7, "d-tp0"), DecodePeer("10.0.0.1", 7, "d-tp1")]

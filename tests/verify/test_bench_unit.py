@@ -62,3 +62,15 @@ def test_bench_serving_adapter(tmp_path: Path) -> None:
     assert cmd[:3] == ["/v/bin/python", "-m", "sglang.bench_serving"]
     assert cmd[cmd.index("--dataset-name") + 1] == "random-ids"
     assert cmd[cmd.index("--tokenizer") + 1] == "/tok"
+
+
+def test_fleet_baseline_key_counts_the_pairs() -> None:
+    from pdfleet.cluster import plan_inventory
+    from pdfleet.paths import REPO_ROOT
+    from pdfleet.verify.targets import from_plan
+
+    examples = REPO_ROOT / "inventory" / "examples"
+    assert from_plan(plan_inventory(examples / "pd-4p4d")).baseline_key == "pd-4p4d"  # unchanged for one pair
+    assert from_plan(plan_inventory(examples / "pd-fleet")).baseline_key == "pd-4p4d (3p+3d)"
+    assert from_plan(plan_inventory(examples / "pd-multinode")).baseline_key == "pd-multinode (2p+1d)"
+

@@ -82,3 +82,17 @@ def test_unreachable_router_fails_the_cascade() -> None:
         assert res.status == "fail" and res.measured["opened"] == 0
 
     asyncio.run(go())
+
+
+def test_cascade_opens_its_sessions_per_prefill() -> None:
+    from pdfleet.cluster import plan_inventory
+    from pdfleet.paths import REPO_ROOT
+    from pdfleet.verify.protocol import cascade_settings
+    from pdfleet.verify.settings import Settings
+    from pdfleet.verify.targets import from_plan
+
+    examples = REPO_ROOT / "inventory" / "examples"
+    s = Settings(concurrency=60)
+    assert cascade_settings(s, from_plan(plan_inventory(examples / "pd-4p4d"))).concurrency == 60
+    assert cascade_settings(s, from_plan(plan_inventory(examples / "pd-fleet"))).concurrency == 180
+    assert cascade_settings(s, from_plan(plan_inventory(examples / "mono-tp8"))).concurrency == 60

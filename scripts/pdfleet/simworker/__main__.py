@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from pdfleet.simworker.args import SettingsError, SimSettings, WorkerArgs, parse_args
+from pdfleet.simworker.kv import TPPrefillKV
 
 logger = logging.getLogger("pdfleet.simworker")
 
@@ -68,11 +69,12 @@ async def serve(args: WorkerArgs, settings: SimSettings, stop: asyncio.Event) ->
     session = aiohttp.ClientSession()
     try:
         if args.disaggregation_mode == "prefill":
-            kv = _prefill_kv(settings, local_ip)
+            kv = _prefill_kv(settings, local_ip, args.tp_size)
             version = kv.sglang_version
             table = BootstrapTable()
-            table.register(rank_registration(kv.rank_ip, kv.rank_port, args.effective_page_size(),
-                                             args.kv_cache_dtype))
+            for rank in kv.ranks:  # each TP rank registers its own socket, as SGLang's schedulers do
+                table.register(rank_registration(rank.rank_ip, rank.rank_port, args.effective_page_size(),
+                                                 args.kv_cache_dtype, rank.tp_rank, len(kv.ranks)))
             runner = web.AppRunner(bootstrap_app(table), access_log=None)
             await runner.setup()
             await web.TCPSite(runner, args.host, args.disaggregation_bootstrap_port).start()
@@ -82,7 +84,7 @@ async def serve(args: WorkerArgs, settings: SimSettings, stop: asyncio.Event) ->
             prefill_link = PrefillLink()
         elif args.disaggregation_mode == "decode":
             frames = _decode_frames(settings, version)
-            decode_link = DecodeLink(frames, local_ip, session)
+            decode_link = DecodeLink(frames, local_ip, session, tp_size=args.tp_size)
             decode_link.start()
         scheduler = Scheduler(args, settings, metrics, prefill_kv=kv, prefill_link=prefill_link,
                               decode_link=decode_link)
@@ -122,14 +124,15 @@ def _sglang_version(args: WorkerArgs, settings: SimSettings) -> str:
     return installed_sglang_version()
 
 
-def _prefill_kv(settings: SimSettings, local_ip: str):  # noqa: ANN202 - PrefillKV protocol
+def _prefill_kv(settings: SimSettings, local_ip: str, tp_size: int) -> TPPrefillKV:
+    """One KV manager per TP rank (real SGLang threads, or the light stand-in)."""
     if settings.kv_backend == "fake":
-        from pdfleet.simworker.kvfake import FakePrefillKV
+        from pdfleet.simworker.kvfake import fake_prefill_kv
 
-        return FakePrefillKV(local_ip, abort_kills_thread=settings.fake_abort_kills_thread)
-    from pdfleet.simworker.kvreal import RealPrefillKV
+        return fake_prefill_kv(local_ip, tp_size, abort_kills_thread=settings.fake_abort_kills_thread)
+    from pdfleet.simworker.kvreal import real_prefill_kv
 
-    return RealPrefillKV(local_ip, conn_file=os.environ.get("PDFLEET_SIM_CONN_FILE") or None)
+    return real_prefill_kv(local_ip, tp_size, conn_file=os.environ.get("PDFLEET_SIM_CONN_FILE") or None)
 
 
 def _decode_frames(settings: SimSettings, version: str):  # noqa: ANN202 - DecodeFrames protocol

@@ -13,19 +13,25 @@ import logging
 import threading
 import uuid
 
-from pdfleet.simworker.kv import GUARD, DecodePeer, KVPoll, ThreadState
+from pdfleet.simworker.kv import GUARD, DecodePeer, KVPoll, ThreadState, TPPrefillKV
 
 logger = logging.getLogger("pdfleet.simworker.kvfake")
 
 FAKE_VERSION = "0.0.0+fake"
 
 
-class FakePrefillKV:
-    """Prefill rank socket plus one reader thread, in the spirit of NixlKVManager's."""
+def fake_prefill_kv(bind_ip: str, tp_size: int = 1, abort_kills_thread: bool = False) -> TPPrefillKV:
+    """One fake rank (socket + reader thread) per TP rank, like the real prefill's managers."""
+    return TPPrefillKV([FakePrefillKV(bind_ip, abort_kills_thread, tp_rank=r) for r in range(max(1, tp_size))])
 
-    def __init__(self, bind_ip: str, abort_kills_thread: bool = False) -> None:
+
+class FakePrefillKV:
+    """One TP rank's socket plus one reader thread, in the spirit of NixlKVManager's."""
+
+    def __init__(self, bind_ip: str, abort_kills_thread: bool = False, tp_rank: int = 0) -> None:
         import zmq  # imported here: pdfleet.simworker must import without pyzmq
 
+        self.tp_rank = tp_rank
         self._zmq = zmq
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.PULL)
@@ -157,18 +163,18 @@ class FakeDecodeFrames:
     def __init__(self) -> None:
         self._agent = f"sim-decode-{uuid.uuid4().hex[:8]}"
 
-    @property
-    def agent_name(self) -> str:
-        return self._agent
+    def agent_name(self, rank: int = 0) -> str:
+        return f"{self._agent}-tp{rank}"
 
-    def register(self, local_ip: str, local_port: int) -> list[bytes]:
-        return [GUARD, b"None", local_ip.encode(), str(local_port).encode(), self._agent.encode(),
-                b"", b"", b"", b"", b"0", b"1", b"0", b"1"]
+    def register(self, local_ip: str, local_port: int, rank: int = 0, tp_size: int = 1) -> list[bytes]:
+        return [GUARD, b"None", local_ip.encode(), str(local_port).encode(), self.agent_name(rank).encode(),
+                b"", b"", b"", b"", str(rank).encode(), str(tp_size).encode(), str(rank).encode(), b"1"]
 
-    def transfer_info(self, room: int, local_ip: str, local_port: int, num_pages: int) -> list[bytes]:
+    def transfer_info(self, room: int, local_ip: str, local_port: int, num_pages: int, rank: int = 0,
+                      required_dst_info_num: int = 1) -> list[bytes]:
         indices = b"".join(i.to_bytes(4, "little") for i in range(num_pages))
         return [GUARD, str(room).encode(), local_ip.encode(), str(local_port).encode(),
-                self._agent.encode(), indices, b"0", b"1", b"", b"0"]
+                self.agent_name(rank).encode(), indices, b"0", str(required_dst_info_num).encode(), b"", b"0"]
 
     def abort(self, room: int, local_ip: str, local_port: int) -> list[bytes]:
         return [b"ABORT", str(room).encode(), local_ip.encode(), str(local_port).encode()]

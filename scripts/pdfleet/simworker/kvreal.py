@@ -1,13 +1,14 @@
 """The real KV seam: SGLang's own ``NixlKVManager`` threads, through :mod:`pdfleet.nixlcpu`.
 
-Prefill: :class:`RealPrefillKV` wraps ``nixlcpu.CpuPrefill``: the installed SGLang's (or a given
-pristine/patched copy of) ``sglang/srt/disaggregation/nixl/conn.py``, its real ``bootstrap_thread``
-reading the rank PULL socket, and its real ``transfer_worker`` completing each room's (dummy, KV-less)
-last chunk. If that thread dies, rooms stay ``Bootstrapping`` and requests hang, as in production.
+Prefill: :func:`real_prefill_kv` builds one :class:`RealRankKV` per TP rank, each wrapping a
+``nixlcpu.CpuPrefill``: the installed SGLang's (or a given pristine/patched copy of)
+``sglang/srt/disaggregation/nixl/conn.py``, its real ``bootstrap_thread`` reading that rank's own PULL
+socket, and its real ``transfer_worker`` completing each room's (dummy, KV-less) last chunk. If a rank's
+thread dies, rooms stay ``Bootstrapping`` on that rank and requests hang, as in production.
 
 Decode: :class:`RealDecodeFrames` uses nixlcpu's per-version builders, so the bytes on the wire are
-what the pinned SGLang version's decode pushes. Importing this module is cheap; the conn module
-(torch, SGLang) is only imported when :class:`RealPrefillKV` is built.
+what the pinned SGLang version's decode ranks push (one NIXL agent name per decode rank). Importing this
+module is cheap; the conn module (torch, SGLang) is only imported when a :class:`RealRankKV` is built.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 import uuid
 from importlib import metadata
 
-from pdfleet.simworker.kv import DecodePeer, KVPoll, ThreadState
+from pdfleet.simworker.kv import DecodePeer, KVPoll, ThreadState, TPPrefillKV
 
 logger = logging.getLogger("pdfleet.simworker.kvreal")
 
@@ -43,18 +44,35 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-class RealPrefillKV:
-    """A real prefill-mode ``NixlKVManager`` with its real threads (see module doc)."""
+def real_prefill_kv(bind_ip: str, tp_size: int = 1, conn_file: str | None = None,
+                    version: str | None = None) -> TPPrefillKV:
+    """One real KV manager per TP rank, each on its own port of ``bind_ip`` (see module doc)."""
+    ranks: list[RealRankKV] = []
+    try:
+        for rank in range(max(1, tp_size)):
+            ranks.append(RealRankKV(bind_ip, conn_file, version, tp_rank=rank, tp_size=tp_size))
+    except BaseException:
+        for r in ranks:
+            r.close()
+        raise
+    return TPPrefillKV(list(ranks))
 
-    def __init__(self, bind_ip: str, conn_file: str | None = None, version: str | None = None) -> None:
+
+class RealRankKV:
+    """One TP rank's real prefill-mode ``NixlKVManager`` with its real threads (see module doc)."""
+
+    def __init__(self, bind_ip: str, conn_file: str | None = None, version: str | None = None,
+                 tp_rank: int = 0, tp_size: int = 1) -> None:
         from pdfleet import nixlcpu
 
         self._version = version or installed_sglang_version()
         conn = nixlcpu.load_conn_module(conn_file or None)
-        logger.info("KV manager: %s from %s (SGLang %s)", conn.NixlKVManager.__name__,
+        logger.info("KV manager of TP rank %d: %s from %s (SGLang %s)", tp_rank, conn.NixlKVManager.__name__,
                     getattr(conn, "__file__", "?"), self._version)
+        self.tp_rank = tp_rank
         try:
-            self._prefill = nixlcpu.CpuPrefill.start(conn, host=bind_ip, port=0)
+            self._prefill = nixlcpu.CpuPrefill.start(conn, host=bind_ip, port=0, engine_rank=tp_rank,
+                                                     attn_tp_size=tp_size)
         except nixlcpu.NixlCpuError as e:
             raise RuntimeError(
                 f"{e}. The simulated prefill's KV socket binds {bind_ip} (PDFLEET_SIM_LOCAL_IP if set, else "
@@ -135,23 +153,25 @@ class RealDecodeFrames:
         nixlcpu.frame_layout(self._version)  # fail at startup on a version without a known layout
         self._agent = f"pdfleet-sim-decode-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
-    @property
-    def agent_name(self) -> str:
-        return self._agent
+    def agent_name(self, rank: int = 0) -> str:
+        return f"{self._agent}-tp{rank}"
 
     @property
     def sglang_version(self) -> str:
         return self._version
 
-    def _peer(self, local_ip: str, local_port: int) -> object:
-        return self._nixlcpu.DecodePeer(ip=local_ip, port=local_port, agent_name=self._agent)
+    def _peer(self, local_ip: str, local_port: int, rank: int = 0, tp_size: int = 1) -> object:
+        return self._nixlcpu.DecodePeer(ip=local_ip, port=local_port, agent_name=self.agent_name(rank),
+                                        gpu_id=rank, tp_size=tp_size, engine_rank=rank)
 
-    def register(self, local_ip: str, local_port: int) -> list[bytes]:
-        return self._nixlcpu.register_kv_args_frames(self._version, self._peer(local_ip, local_port))
+    def register(self, local_ip: str, local_port: int, rank: int = 0, tp_size: int = 1) -> list[bytes]:
+        return self._nixlcpu.register_kv_args_frames(self._version, self._peer(local_ip, local_port, rank, tp_size))
 
-    def transfer_info(self, room: int, local_ip: str, local_port: int, num_pages: int) -> list[bytes]:
+    def transfer_info(self, room: int, local_ip: str, local_port: int, num_pages: int, rank: int = 0,
+                      required_dst_info_num: int = 1) -> list[bytes]:
         # No KV indices: a dummy transfer, which the real transfer_worker completes without NIXL.
-        return self._nixlcpu.transfer_info_frames(self._version, room, self._peer(local_ip, local_port))
+        return self._nixlcpu.transfer_info_frames(self._version, room, self._peer(local_ip, local_port, rank),
+                                                  required_dst_info_num=required_dst_info_num)
 
     def abort(self, room: int, local_ip: str, local_port: int) -> list[bytes]:
         return self._nixlcpu.abort_frames(self._version, room, self._peer(local_ip, local_port))

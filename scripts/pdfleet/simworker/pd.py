@@ -6,11 +6,17 @@ What follows SGLang (0.5.x, NIXL backend):
   ``PUT /route`` registers a prefill rank's ``rank_ip``/``rank_port``; ``GET /route`` with all four
   ranks at -1 returns the prefill's parallel layout, with real ranks returns one rank's socket;
   503 until every expected rank registered. ``/register_dp_rank``, ``/query_dp_ranks``, ``/health``.
-* A decode worker asks that API once per prefill address, pushes its KV-args registration to the
-  prefill rank's PULL socket, then per request pushes transfer info for the room; the prefill's
-  reader thread marks the room ``WaitingForInput`` when all expected decode ranks reported.
-* A request aborted while its transfer is pending makes the decode push the version's ``ABORT``
-  frames to the same socket (best effort, 1 s send timeout).
+* A TP prefill has one KV manager per TP rank, each on its own port and registered under its own
+  ``attn_tp_rank`` (``register_to_bootstrap``, common/conn.py:390 in 0.5.15.post1, :1562 in 0.5.23).
+* A decode worker asks that API once per prefill address: the layout, then, for each of its own TP
+  ranks, the prefill ranks that rank reads from (``_resolve_rank_mapping``, common/conn.py:281 / :1432;
+  ``_setup_bootstrap_infos``, :1002 / :2614). Each decode rank is its own NIXL agent: it pushes its
+  KV-args registration to each of its target prefill rank sockets, then per request pushes transfer info
+  for the room to each of them; a prefill rank's reader thread marks the room ``WaitingForInput`` when
+  ``required_dst_info_num`` decode ranks reported.
+* A request aborted while its transfer is pending makes every decode rank push the version's ``ABORT``
+  frames to every prefill rank it targets (``_send_abort_notification``: a loop over ``bootstrap_infos``,
+  common/conn.py:1195 / :2977; best effort, 1 s send timeout here).
 
 What is the simulator's own: the KV bytes never move. When the prefill finished its simulated
 forward pass it pushes ``[PDFLEET_KV_READY, room]`` to the decode peer(s) recorded for the room by
@@ -22,7 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pdfleet.simworker.kv import DecodeFrames, DecodePeer
@@ -163,11 +170,11 @@ def bootstrap_app(table: BootstrapTable) -> web.Application:
 
 
 def rank_registration(
-    rank_ip: str, rank_port: int, page_size: int, kv_cache_dtype: str
+    rank_ip: str, rank_port: int, page_size: int, kv_cache_dtype: str, tp_rank: int = 0, tp_size: int = 1
 ) -> dict[str, Any]:
-    """The ``PUT /route`` body of the simulator's single prefill rank (TP/DP/PP collapsed to 1)."""
+    """The ``PUT /route`` body of one prefill TP rank (DP/CP/PP collapsed to 1 in the simulator)."""
     return {
-        "attn_tp_size": 1, "attn_tp_rank": 0, "attn_cp_size": 1, "attn_cp_rank": 0,
+        "attn_tp_size": tp_size, "attn_tp_rank": tp_rank, "attn_cp_size": 1, "attn_cp_rank": 0,
         "attn_dp_size": 1, "attn_dp_rank": 0, "pp_size": 1, "pp_rank": 0,
         "system_dp_size": 1, "system_dp_rank": 0,
         "rank_ip": rank_ip, "rank_port": rank_port, "page_size": page_size,
@@ -175,29 +182,63 @@ def rank_registration(
     }
 
 
-@dataclass
-class PrefillTarget:
-    """One prefill rank a decode request pushes to."""
+def target_tp_ranks(decode_rank: int, decode_tp: int, prefill_tp: int) -> tuple[list[int], int]:
+    """The prefill TP ranks one decode rank reads KV from, and ``required_dst_info_num`` (how many decode
+    ranks each of those prefill ranks waits for): SGLang's ``_resolve_rank_mapping`` for non-MLA-sharded
+    KV, CP and PP 1 (common/conn.py:281-358 in 0.5.15.post1; :1432 in 0.5.23)."""
+    small, large = sorted((decode_tp, prefill_tp))
+    if small < 1 or large % small:
+        raise BootstrapError(f"decode TP {decode_tp} and prefill TP {prefill_tp}: one must divide the other")
+    rank = decode_rank % decode_tp
+    if decode_tp == prefill_tp:
+        return [rank], 1
+    if decode_tp > prefill_tp:
+        per = decode_tp // prefill_tp
+        return [rank // per], per
+    per = prefill_tp // decode_tp
+    return list(range(rank * per, (rank + 1) * per)), 1
 
-    addr: str
+
+@dataclass(frozen=True)
+class RankRoute:
+    """One (decode rank -> prefill rank) link of a prefill target."""
+
+    decode_rank: int
+    prefill_tp_rank: int
     rank_ip: str
     rank_port: int
+    required_dst_info_num: int
 
     @property
     def endpoint(self) -> str:
-        return f"tcp://{self.rank_ip}:{self.rank_port}"
+        host = f"[{self.rank_ip}]" if ":" in self.rank_ip else self.rank_ip
+        return f"tcp://{host}:{self.rank_port}"
+
+
+@dataclass
+class PrefillTarget:
+    """A prefill worker (its bootstrap address) and every rank link a decode request pushes to."""
+
+    addr: str
+    routes: list[RankRoute] = field(default_factory=list)
+
+    @property
+    def endpoints(self) -> list[str]:
+        return sorted({r.endpoint for r in self.routes})
 
 
 class DecodeLink:
     """Decode side: resolves prefill rank sockets, pushes frames, receives KV-ready notices."""
 
-    def __init__(self, frames: DecodeFrames, local_ip: str, session: ClientSession) -> None:
+    def __init__(self, frames: DecodeFrames, local_ip: str, session: ClientSession, tp_size: int = 1) -> None:
         import zmq
         import zmq.asyncio
 
         self._zmq = zmq
         self.frames = frames
         self.local_ip = local_ip
+        self.tp_size = max(1, tp_size)  # this decode's TP ranks; each is its own NIXL agent in SGLang
+        self._hits: Counter[str] = Counter()  # transfer infos sent, per prefill bootstrap address
         self._session = session
         self._ctx = zmq.asyncio.Context()
         self._pull = self._ctx.socket(zmq.PULL)
@@ -248,7 +289,8 @@ class DecodeLink:
             raise BootstrapError(f"Error fetching prefill info from bootstrap: {e}") from e
 
     async def resolve(self, bootstrap_host: str, bootstrap_port: int) -> PrefillTarget:
-        """The prefill rank socket for a bootstrap address; registers our KV args on first use."""
+        """Every prefill rank socket this decode's ranks read from, for one bootstrap address; registers
+        each decode rank's KV args with each of its target prefill ranks on first use."""
         host = f"[{bootstrap_host}]" if ":" in bootstrap_host else bootstrap_host
         addr = f"{host}:{bootstrap_port}"
         target = self._targets.get(addr)
@@ -264,29 +306,54 @@ class DecodeLink:
                                           "&target_tp_rank=-1&target_pp_rank=-1")
             if not isinstance(layout, dict) or "attn_tp_size" not in layout:
                 raise BootstrapError(f"Unexpected prefill layout from {addr}: {layout!r}")
-            info = await self._get_json(f"{base}?prefill_dp_rank=0&prefill_cp_rank=0&target_tp_rank=0&target_pp_rank=0")
-            target = PrefillTarget(addr=addr, rank_ip=str(info["rank_ip"]), rank_port=int(info["rank_port"]))
-            await self._socket(target.endpoint).send_multipart(
-                self.frames.register(self.local_ip, self.local_port)
-            )
-            logger.debug("Registered KV args with prefill %s (%s)", addr, target.endpoint)
+            prefill_tp = int(layout["attn_tp_size"])
+            sockets: dict[int, tuple[str, int]] = {}
+            target = PrefillTarget(addr=addr)
+            for decode_rank in range(self.tp_size):
+                ranks, required = target_tp_ranks(decode_rank, self.tp_size, prefill_tp)
+                for tp_rank in ranks:
+                    if tp_rank not in sockets:
+                        info = await self._get_json(f"{base}?prefill_dp_rank=0&prefill_cp_rank=0"
+                                                    f"&target_tp_rank={tp_rank}&target_pp_rank=0")
+                        sockets[tp_rank] = (str(info["rank_ip"]), int(info["rank_port"]))
+                    ip, port = sockets[tp_rank]
+                    target.routes.append(RankRoute(decode_rank, tp_rank, ip, port, required))
+            for route in target.routes:
+                await self._socket(route.endpoint).send_multipart(
+                    self.frames.register(self.local_ip, self.local_port, route.decode_rank, self.tp_size)
+                )
+            logger.debug("Registered KV args of %d decode rank(s) with prefill %s (%s)", self.tp_size, addr,
+                         ", ".join(target.endpoints))
             self._targets[addr] = target
             return target
 
     async def send_transfer_info(self, target: PrefillTarget, room: int, num_pages: int) -> None:
-        frames = self.frames.transfer_info(room, self.local_ip, self.local_port, num_pages)
-        await self._socket(target.endpoint).send_multipart(frames)
+        """Each decode rank tells each of its prefill ranks where the room's KV goes."""
+        for route in target.routes:
+            frames = self.frames.transfer_info(room, self.local_ip, self.local_port, num_pages,
+                                               route.decode_rank, route.required_dst_info_num)
+            await self._socket(route.endpoint).send_multipart(frames)
+        self._hits[target.addr] += 1
+
+    def prefill_hits(self) -> dict[str, int]:
+        """Requests whose transfer info went to each prefill (by bootstrap address)."""
+        return dict(self._hits)
 
     async def send_abort(self, target: PrefillTarget, room: int) -> bool:
-        """Best effort, like SGLang: a send that cannot complete in 1 s is dropped."""
+        """Every decode rank notifies every prefill rank it targets. Best effort, like SGLang: a send that
+        cannot complete in 1 s is dropped. True when every notification went out."""
         frames = self.frames.abort(room, self.local_ip, self.local_port)
-        try:
-            await asyncio.wait_for(self._socket(target.endpoint).send_multipart(frames), ABORT_SEND_TIMEOUT_S)
-        except (TimeoutError, self._zmq.ZMQError) as e:
-            logger.debug("Failed to send abort notification for room %s: %s", room, e)
-            return False
-        logger.debug("Sent abort notification for room %s to %s", room, target.endpoint)
-        return True
+
+        async def one(route: RankRoute) -> bool:
+            try:
+                await asyncio.wait_for(self._socket(route.endpoint).send_multipart(frames), ABORT_SEND_TIMEOUT_S)
+            except (TimeoutError, self._zmq.ZMQError) as e:
+                logger.debug("Failed to send abort notification for room %s to %s: %s", room, route.endpoint, e)
+                return False
+            logger.debug("Sent abort notification for room %s to %s", room, route.endpoint)
+            return True
+
+        return all(await asyncio.gather(*(one(r) for r in target.routes)))
 
     async def close(self) -> None:
         if self._listener is not None:

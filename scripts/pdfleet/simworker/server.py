@@ -189,6 +189,8 @@ class SimServer:
             "stages": dict(self.scheduler.stage_counts()),
             "counters": dict(self.metrics.counters),
             "route_hits": dict(self.route_hits),
+            # decode: requests per prefill bootstrap address (host:port), to see which pairs served
+            "prefill_peers": self.scheduler.decode_link.prefill_hits() if self.scheduler.decode_link else {},
         })
 
     async def abort_request(self, request: web.Request) -> web.Response:

@@ -72,7 +72,8 @@ def _add_check_args(p: argparse.ArgumentParser, d: Settings) -> None:
     g.add_argument("--liveness-deadline", dest="liveness_deadline_s", type=pos_f, default=d.liveness_deadline_s)
     g = p.add_argument_group("3. abort cascades")
     g.add_argument("--cycles", type=_non_negative(int), default=d.cycles)
-    g.add_argument("--concurrency", "-C", type=pos_i, default=d.concurrency)
+    g.add_argument("--concurrency", "-C", type=pos_i, default=d.concurrency,
+                   help="sessions per prefill worker (a fleet of N prefills opens N x this)")
     g.add_argument("--window", dest="window_s", type=nn_f, default=d.window_s, help="seconds before the kill")
     g.add_argument("--kill-mode", choices=KILL_MODES, default=d.kill_mode)
     g.add_argument("--cascade-prompt-words", type=_non_negative(int), default=d.cascade_prompt_words)

@@ -9,6 +9,7 @@ benchmark (a wedged cluster has no throughput to compare). The logs are always r
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -27,6 +28,14 @@ from pdfleet.verify.targets import Target, Worker
 def _say(out: TextIO, msg: str) -> None:
     print(f"[verify] {msg}", file=out, flush=True)
 
+
+
+def cascade_settings(s: Settings, target: Target) -> Settings:
+    """``--concurrency`` counts sessions per prefill worker: the router spreads a cascade over every prefill,
+    and each prefill's queue must still back up past the kill window, or no ABORT meets a pending KV
+    transfer (a three-pair fleet drains 60 sessions in a third of the time one pair takes)."""
+    prefills = sum(w.role == "prefill" for w in target.workers)
+    return dataclasses.replace(s, concurrency=s.concurrency * max(1, prefills))
 
 async def _model(target: Target, s: Settings) -> str:
     if target.model:
@@ -92,9 +101,10 @@ async def run_protocol(target: Target, s: Settings, logs: LogSource | None, defe
         if stop_traffic:
             record(skipped("cascade", f"skipped: {stop_traffic}"))
         else:
-            _say(out, f"abort cascades: {s.cycles} x {s.concurrency} sessions, kill mode {s.kill_mode}, "
-                      f"window {s.window_s:g} s")
-            record(await abort_cascades(target.router_url + "/v1/chat/completions", model, s, out))
+            cs = cascade_settings(s, target)
+            _say(out, f"abort cascades: {cs.cycles} x {cs.concurrency} sessions, kill mode {cs.kill_mode}, "
+                      f"window {cs.window_s:g} s")
+            record(await abort_cascades(target.router_url + "/v1/chat/completions", model, cs, out))
     if wanted("recovery"):
         if stop_traffic:
             record(skipped("recovery", f"skipped: {stop_traffic}"))
@@ -135,7 +145,7 @@ async def _bench(target: Target, model: str, s: Settings, report: Report, out: T
     except (RuntimeError, ValueError, OSError) as e:
         error = str(e)
     versions = {"sglang": target.sglang_version, "servers": report.server_versions}
-    return bench.bench_check(result, error, target.profile, s, versions, time.monotonic() - t0)
+    return bench.bench_check(result, error, target.baseline_key, s, versions, time.monotonic() - t0)
 
 
 def resume_with_journals(report: Report, journal_dir: Path, s: Settings, out: TextIO = sys.stderr) -> Report:

@@ -37,6 +37,16 @@ class Target:
     def is_pd(self) -> bool:
         return any(w.role in ("prefill", "decode") for w in self.workers)
 
+    @property
+    def baseline_key(self) -> str:
+        """The benchmark baseline's key: the profile, and for a fleet (pd-4p4d on several hosts, one profile)
+        its worker count too, so a three-pair fleet is never compared with one pair's numbers."""
+        counts = {r: sum(w.role == r for w in self.workers) for r in ("prefill", "decode", "mono")}
+        if max(counts.values()) <= 1:
+            return self.profile
+        return f"{self.profile} ({counts['prefill']}p+{counts['decode']}d)" if self.is_pd else \
+            f"{self.profile} ({counts['mono']} workers)"
+
     def summary(self) -> dict[str, Any]:
         return {"router": self.router_url, "workers": [asdict(w) for w in self.workers], "model": self.model,
                 "sglang_version": self.sglang_version, "profile": self.profile, "inventory": self.inventory,
