@@ -6,7 +6,8 @@ the three-host fleet; own bridge, subnet and state dir, torn down at the end) it
      verification), and reports that time per stage;
   2. runs `site.yml --skip-tags verify` again (changed=0 expected) and times it: wall clock, per stage
      (play), per role and the slowest tasks, from the ansible.posix.json callback;
-  3. times `ansible all -m ansible.builtin.setup` on the same hosts and prints the ratio;
+  3. times `ansible all -m ansible.builtin.setup` on the same hosts (median of three runs before and of three
+     after the no-op, averaged) and prints the ratio;
   4. runs `site.yml --tags verify` and reports the verification play's time beyond its kill windows
      (cascade cycles x window_s from the verdict report).
 With several `--inventory` options the fleet ratios (each no-op converge / the first one's) are printed too.
@@ -14,6 +15,7 @@ The cold `make site` on a machine without caches cannot be measured honestly on 
 exist; `--cold-howto` prints how to measure it, phase by phase, on a fresh machine.
 
 Run as root:  .venv/bin/python tests/bench/bench_converge.py [--inventory DIR ...] [--json]
+              [--ansible-arg=-e --ansible-arg=pdfleet_provision_serial=100%]
 """
 
 from __future__ import annotations
