@@ -36,10 +36,11 @@ from pdfleet.inventory import (
 from pdfleet.model import HostSpec, parse_cluster
 from pdfleet.paths import PATCH_DIR, REPO_ROOT
 from pdfleet.planner import Plan, Unit
+from pdfleet.versions import DRIVER_HOLD_REGEX, UCX_TLS_ALIASES
 
 SUITE_DIR = REPO_ROOT / "tests" / "conformance"
-# What is held: every package of the driver (nvidia_driver role, vars/<distro>.yml).
-HELD_PACKAGES = re.compile(r"^(nvidia-.*|libnvidia-.*|libcuda1)$")
+# What is held: every package of the driver (constants.yml, which the nvidia_driver role reads too).
+HELD_PACKAGES = DRIVER_HOLD_REGEX["Debian"]
 SMI_QUERY = "name,memory.total,compute_cap,driver_version"
 
 

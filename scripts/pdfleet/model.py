@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin
 
 from pdfleet.errors import PlanError, Problem
+from pdfleet.versions import CUDA_FLOOR, PINS
 
 Role = Literal["prefill", "decode", "mono"]
 Profile = Literal["pd-4p4d", "pd-multinode", "mono-tp8"]
@@ -84,9 +85,9 @@ class SglangSpec:
     version: str
     patch: str
     apply_patch: bool = True
-    router_package: str = "sglang-router"
-    router_version: str = "0.3.2"
-    nixl_version: str = "1.5.2"
+    router_package: str = PINS["sglang_router_package"]
+    router_version: str = PINS["sglang_router_version"]
+    nixl_version: str = PINS["nixl_version"]
     venv: str = "/opt/pdfleet/venv"
     launcher: Launcher = "sglang"
     log_level: str = "info"
@@ -96,10 +97,10 @@ class SglangSpec:
 class CudaSpec:
     """CUDA toolkit and driver pins, and the floors the bundle refuses to go below."""
 
-    version: str = "13.0"
-    floor: str = "12.8"
-    driver_branch: int = 580
-    driver_version: str = "580.95.05"
+    version: str = PINS["cuda_version"]
+    floor: str = CUDA_FLOOR
+    driver_branch: int = PINS["cuda_driver_branch"]
+    driver_version: str = PINS["cuda_driver_version"]
 
 
 @dataclass(frozen=True)

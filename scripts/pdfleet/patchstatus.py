@@ -11,14 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from pdfleet import patches
+from pdfleet import patches, versions
 from pdfleet.cluster import plan_of
 from pdfleet.inventory import add_inventory_arguments, load_inventory, source_from_args
 from pdfleet.patchcli import patch_subcommands
 from pdfleet.remote import RemoteError, connection_for, run
 from pdfleet.table import format_table
 
-RECORD_NAME = "pdfleet-record.json"
+RECORD_NAME = versions.RECORD_NAME  # constants.yml, shared with the sglang role
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

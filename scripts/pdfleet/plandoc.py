@@ -17,6 +17,7 @@ from pdfleet.errors import PdfleetError
 from pdfleet.paths import REPO_ROOT, TEMPLATE_DIR
 from pdfleet.planner import Plan
 from pdfleet.render import unit_context
+from pdfleet.versions import OVERLAY_REQUIREMENTS
 
 SCHEMA = "pdfleet-plan/1"
 
@@ -27,8 +28,6 @@ class PlanDocumentError(PdfleetError):
 
 def plan_document(plan: Plan) -> dict[str, Any]:
     """The plan as one JSON-able document (schema SCHEMA)."""
-    from pdfleet.runtime import OVERLAY_REQUIREMENTS
-
     doc: dict[str, Any] = {"schema": SCHEMA, **plan.to_dict()}
     doc["contexts"] = {
         host: [{k: v for k, v in unit_context(u, plan).items() if k != "ansible_managed"} for u in units]

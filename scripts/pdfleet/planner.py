@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 from pdfleet.errors import PlanError, Problem
 from pdfleet.model import ClusterModel, InstanceSpec, parse_cluster
-from pdfleet.versions import CUDA_DRIVER_FLOORS, SUPPORTED_LOG_LEVELS, UCX_TLS_ALIASES, version_tuple
+from pdfleet.versions import CUDA_DRIVER_FLOORS, CUDA_FLOOR, SUPPORTED_LOG_LEVELS, UCX_TLS_ALIASES, version_tuple
 
 PD_PROFILES = ("pd-4p4d", "pd-multinode")
 _ENV_REF = re.compile(r"\$\{[A-Z][A-Z0-9_]*\}")  # left for systemd to expand from an EnvironmentFile
@@ -321,9 +321,9 @@ def _check_cuda(c: ClusterModel) -> list[Problem]:
                                   version_tuple(cu.driver_version))
     except ValueError as exc:
         return [Problem("pdfleet_cluster.cuda", str(exc), "write versions as dotted numbers, e.g. 12.8")]
-    if floor < (12, 8):
-        out.append(Problem("pdfleet_cluster.cuda.floor", f"CUDA floor {cu.floor} is below 12.8, the first "
-                           "toolkit with Blackwell (sm_120) targets", "set floor to 12.8 or higher"))
+    if floor < version_tuple(CUDA_FLOOR):
+        out.append(Problem("pdfleet_cluster.cuda.floor", f"CUDA floor {cu.floor} is below {CUDA_FLOOR}, the first "
+                           "toolkit with Blackwell (sm_120) targets", f"set floor to {CUDA_FLOOR} or higher"))
     if version < floor:
         out.append(Problem("pdfleet_cluster.cuda.version", f"CUDA {cu.version} is below the floor {cu.floor}",
                            f"pin CUDA {cu.floor} or newer"))

@@ -32,6 +32,7 @@ from pathlib import Path
 from pdfleet import patches
 from pdfleet.errors import PdfleetError
 from pdfleet.paths import REPO_ROOT
+from pdfleet.versions import OVERLAY_REQUIREMENTS
 
 STAMP = ".pdfleet-recipe"
 PYTHON_TAG = (3, 11)  # the sglang wheels are cp311
@@ -73,24 +74,8 @@ BASE_REQUIREMENTS: tuple[str, ...] = (
     "typer==0.29.2",
 )
 
-# Installed with --no-deps into overlay-<version>, after sglang==<version> itself: the wheel's own
-# transformers pin and the packages whose compatible versions differ between SGLang versions. The sim hosts'
-# sglang role installs the same list into each host's service venv.
-OVERLAY_REQUIREMENTS: dict[str, tuple[str, ...]] = {
-    "0.5.15.post1": (
-        "transformers==5.12.1",
-        "huggingface-hub==1.33.0",
-        "tokenizers==0.22.2",
-        "compressed-tensors==0.18.0",
-        "openai==2.6.1",
-    ),
-    "0.5.23": (
-        "transformers==5.19.0",
-        "huggingface-hub==2.4.0",
-        "tokenizers==0.23.3",
-        "compressed-tensors==0.18.0",
-    ),
-}
+# Installed with --no-deps into overlay-<version>, after sglang==<version> itself: OVERLAY_REQUIREMENTS
+# (constants.yml, shared with the sglang role, which installs the same list into each sim host's service venv).
 
 
 class RuntimeBuildError(PdfleetError):

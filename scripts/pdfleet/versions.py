@@ -1,17 +1,44 @@
-"""Version facts the planner checks against (from NVIDIA's CUDA/driver matrix and SGLang's flags)."""
+"""Version facts and shared constants, read from constants.yml (the one file the Ansible roles read too).
+
+Light on purpose: the Ansible filter plugin imports it, so it must not pull in the heavy runtime modules.
+"""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONSTANTS_FILE = Path(__file__).with_name("constants.yml")
+
+
+def _load() -> dict[str, Any]:
+    data = yaml.safe_load(CONSTANTS_FILE.read_text())
+    if not isinstance(data, dict):  # pragma: no cover - a broken package
+        raise RuntimeError(f"{CONSTANTS_FILE}: expected a mapping of constants")
+    return data
+
+
+CONSTANTS: dict[str, Any] = _load()
+PINS: dict[str, Any] = CONSTANTS["pins"]
+
 # CUDA toolkit -> minimum Linux driver (NVIDIA's compatibility table).
 CUDA_DRIVER_FLOORS: dict[str, tuple[int, ...]] = {
-    "12.8": (570, 26),
-    "12.9": (575, 51, 3),
-    "13.0": (580, 65, 6),
+    str(k): tuple(int(x) for x in v) for k, v in CONSTANTS["cuda_driver_floors"].items()
 }
-
-# UCX_TLS words that name groups or aliases rather than one transport `ucx_info -d` lists.
-UCX_TLS_ALIASES = frozenset({"all", "sm", "shm", "mm", "cuda", "rocm", "ib", "rc", "ud", "dc", "rc_x", "ud_x", "dc_x",
-                             "rc_v", "ud_v", "ugni"})
+CUDA_FLOOR: str = str(CONSTANTS["cuda_floor"])
+RECORD_NAME: str = CONSTANTS["record_name"]
+MODEL_MANIFEST_NAME: str = CONSTANTS["model_manifest_name"]
+DRIVER_HOLD_REGEX: dict[str, re.Pattern[str]] = {
+    distro: re.compile(pattern) for distro, pattern in CONSTANTS["driver_hold_regex"].items()
+}
+UCX_TLS_ALIASES: frozenset[str] = frozenset(CONSTANTS["ucx_tls_aliases"])
+# What the simulated hosts install with --no-deps on top of SGLang's CPU runtime, per SGLang version.
+OVERLAY_REQUIREMENTS: dict[str, tuple[str, ...]] = {
+    str(k): tuple(v) for k, v in CONSTANTS["overlay_requirements"].items()
+}
 
 # SGLang's --log-level choices; "debug" shows the scheduler's abort lines, "info" the disconnects.
 SUPPORTED_LOG_LEVELS = ("debug", "info", "warning", "error")

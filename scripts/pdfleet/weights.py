@@ -21,8 +21,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pdfleet.errors import PdfleetError
+from pdfleet.versions import MODEL_MANIFEST_NAME
 
-MANIFEST_NAME = "pdfleet-model-manifest.json"
+MANIFEST_NAME = MODEL_MANIFEST_NAME  # constants.yml, shared with the model role
 FORMAT_VERSION = 1
 _CHUNK = 8 * 1024 * 1024
 

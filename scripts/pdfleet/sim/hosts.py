@@ -378,8 +378,7 @@ def up(
             simnet.validate(network, all_hosts)
         _save_cluster(state_dir, {"network": asdict(network), "hosts": [asdict(h) for h in all_hosts]})
 
-        golden = image.ensure_golden(cache_dir, progress)
-        runtime = image.ensure_runtime(golden, cache_dir, progress) if with_runtime else None
+        golden, runtime = image.ensure_images(cache_dir, progress, with_runtime)
         ensure_key(state_dir)
         ssh_config = write_ssh_config(state_dir, all_hosts)
         prepare_nspawn_host()

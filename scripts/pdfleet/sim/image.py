@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pdfleet.runtime import BASE_REQUIREMENTS
@@ -239,7 +241,8 @@ def ensure_golden(cache_dir: Path, progress: Progress) -> Path:
     return final
 
 
-def nspawn_chroot_cmd(root: Path, *, binds: dict[str, str], ro_binds: list[str], command: str) -> list[str]:
+def nspawn_chroot_cmd(root: Path, *, binds: dict[str, str], ro_binds: list[str], command: str,
+                      pip_env: dict[str, str] | None = None) -> list[str]:
     """systemd-nspawn as a chroot with /proc, /dev and /sys set up (no boot, root tree read-only)."""
     cmd = [
         "systemd-nspawn",
@@ -256,12 +259,16 @@ def nspawn_chroot_cmd(root: Path, *, binds: dict[str, str], ro_binds: list[str],
     ]
     cmd += [f"--bind={src}:{dst}" for src, dst in binds.items()]
     cmd += [f"--bind-ro={p}" for p in ro_binds if Path(p).is_dir()]
-    cmd += [f"--setenv={k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("PIP_")]
+    env = {k: v for k, v in os.environ.items() if k.startswith("PIP_")} | (pip_env or {})
+    cmd += [f"--setenv={k}={v}" for k, v in sorted(env.items())]
     return [*cmd, "--setenv=PIP_NO_CACHE_DIR=1", "--", "/bin/sh", "-c", command]
 
 
-def ensure_runtime(golden: Path, cache_dir: Path, progress: Progress) -> Path:
-    """Return the cached heavy Python runtime venv, building it if needed (several minutes, ~6 GB)."""
+def ensure_runtime(golden: Path, cache_dir: Path, progress: Progress, wheelhouse: Path | None = None) -> Path:
+    """Return the cached heavy Python runtime venv, building it if needed (several minutes, ~6 GB).
+
+    With `wheelhouse` (from :func:`prefetch_runtime_wheels`) pip installs from it alone, offline; should that
+    fail, the build runs again from the package indexes. The recipe, hence the cache key, is the same."""
     from .system import prepare_nspawn_host
 
     recipe = runtime_recipe(golden)
@@ -277,17 +284,20 @@ def ensure_runtime(golden: Path, cache_dir: Path, progress: Progress) -> Path:
     group = f"_build-{os.getpid()}"
     try:
         tmp.mkdir()
-        run_logged(
-            nspawn_chroot_cmd(
-                golden, binds={str(tmp): RUNTIME_MOUNT}, ro_binds=list(LOCAL_PIP_DIRS), command=_runtime_script()
-            ),
-            log=cache_dir / f"{final.name}.build.log",
-            progress=progress,
-            label="pip install",
-            every_s=20,
-            preexec_fn=cgroup_joiner(group),
-            timeout_s=3600,
-        )
+        if wheelhouse is not None:
+            # Inside the runtime's own bind mount, so the golden tree needs no extra mount point.
+            wheelhouse.rename(tmp / _WHEELHOUSE)
+            try:
+                _install_runtime(golden, tmp, final, progress, group, offline=True)
+            except SimError as exc:
+                progress(f"installing from the prefetched wheels failed ({str(exc).splitlines()[0]}); "
+                         "installing from the package indexes")
+                safe_rmtree(tmp)
+                tmp.mkdir()
+                _install_runtime(golden, tmp, final, progress, group, offline=False)
+            safe_rmtree(tmp / _WHEELHOUSE)
+        else:
+            _install_runtime(golden, tmp, final, progress, group, offline=False)
         _finish(tmp, final, recipe)
     except BaseException:
         safe_rmtree(tmp)
@@ -297,6 +307,78 @@ def ensure_runtime(golden: Path, cache_dir: Path, progress: Progress) -> Path:
     size = sum(f.stat().st_size for f in final.rglob("*") if f.is_file() and not f.is_symlink())
     progress(f"Python runtime ready in {time.monotonic() - start:.0f} s ({size / 2**30:.1f} GiB): {final}")
     return final
+
+
+_WHEELHOUSE = ".pdfleet-wheelhouse"
+# The golden image's interpreter (Debian bookworm's python3) and the wheel platforms its glibc 2.36 runs.
+GOLDEN_PYTHON = "3.11"
+_PLATFORMS = ("manylinux1_x86_64", "manylinux2010_x86_64", "manylinux2014_x86_64",
+              *(f"manylinux_2_{minor}_x86_64" for minor in range(5, 37)), "linux_x86_64")
+
+
+def _install_runtime(golden: Path, tmp: Path, final: Path, progress: Progress, group: str, *, offline: bool) -> None:
+    pip_env = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": f"{RUNTIME_MOUNT}/{_WHEELHOUSE}"} if offline else {}
+    run_logged(
+        nspawn_chroot_cmd(golden, binds={str(tmp): RUNTIME_MOUNT}, ro_binds=list(LOCAL_PIP_DIRS),
+                          command=_runtime_script(), pip_env=pip_env),
+        log=final.parent / f"{final.name}.build.log",
+        progress=progress,
+        label="pip install (prefetched wheels)" if offline else "pip install",
+        every_s=20,
+        preexec_fn=cgroup_joiner(group),
+        timeout_s=3600,
+    )
+
+
+def prefetch_runtime_wheels(cache_dir: Path, progress: Progress) -> Path | None:
+    """Download the runtime's wheels for the golden image's Python into a wheelhouse on this machine.
+
+    It needs no golden image, so it runs while debootstrap builds one; None (and a progress line) when pip
+    cannot, and the runtime build then downloads as before."""
+    dest = cache_dir / f".tmp-wheels-{os.getpid()}"
+    safe_rmtree(dest)
+    platforms = [arg for p in _PLATFORMS for arg in ("--platform", p)]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-input", "--only-binary=:all:", "--dest", str(dest),
+           "--python-version", GOLDEN_PYTHON, "--implementation", "cp", *platforms, *RUNTIME_PACKAGES]
+    start = time.monotonic()
+    progress(f"downloading the Python runtime's wheels ({len(RUNTIME_PACKAGES)} requirements)")
+    try:
+        run_logged(cmd, log=cache_dir / "runtime-wheels.build.log", progress=progress, label="pip download",
+                   every_s=20, timeout_s=3600)
+    except SimError as exc:
+        progress(f"prefetch failed, the runtime build will download instead: {str(exc).splitlines()[0]}")
+        safe_rmtree(dest)
+        return None
+    progress(f"runtime wheels ready in {time.monotonic() - start:.0f} s")
+    return dest
+
+
+def _labelled(progress: Progress, label: str) -> Progress:
+    return lambda msg: progress(f"{label}: {msg}")
+
+
+def ensure_images(cache_dir: Path, progress: Progress, with_runtime: bool) -> tuple[Path, Path | None]:
+    """The golden image and (with_runtime) the runtime, each built if missing. When both are missing, the
+    runtime's wheels download while debootstrap builds the image (they do not depend on each other); only the
+    install into the runtime needs the image's interpreter. Each part reports its own progress."""
+    golden_final = golden_path(cache_dir)
+    if not with_runtime:
+        return ensure_golden(cache_dir, progress), None
+    if golden_final.is_dir() or runtime_path(cache_dir, golden_final).is_dir():
+        golden = ensure_golden(cache_dir, progress)
+        return golden, ensure_runtime(golden, cache_dir, progress)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="pdfleet-sim-build") as pool:
+        golden_job = pool.submit(ensure_golden, cache_dir, _labelled(progress, "golden image"))
+        wheels_job = pool.submit(prefetch_runtime_wheels, cache_dir, _labelled(progress, "runtime wheels"))
+        wheelhouse = wheels_job.result()
+        try:
+            golden = golden_job.result()
+        except BaseException:
+            if wheelhouse is not None:
+                safe_rmtree(wheelhouse)
+            raise
+    return golden, ensure_runtime(golden, cache_dir, _labelled(progress, "runtime"), wheelhouse=wheelhouse)
 
 
 def require_image_files(golden: Path) -> None:
@@ -311,7 +393,9 @@ __all__ = [
     "RUNTIME_PACKAGES",
     "SETUP_SCRIPT",
     "ensure_golden",
+    "ensure_images",
     "ensure_runtime",
     "golden_path",
+    "prefetch_runtime_wheels",
     "runtime_path",
 ]

@@ -1,0 +1,69 @@
+"""The pdfleet_units role's one look at a host (run with the host's python3, argv[1] = JSON settings).
+
+Prints JSON: the service user and group, each managed directory's and file's mode/owner/group (files also
+their sha256, never their content: secrets.env is one of them) and each unit's enabled/active state, so a
+converged host costs one round trip and the role's tasks run only for what differs. Changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import hashlib
+import json
+import os
+import pwd
+import subprocess
+import sys
+from collections.abc import Callable
+
+
+def _stat(path: str, digest: bool) -> dict | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    out = {"mode": "%04o" % (st.st_mode & 0o7777), "owner": _name(pwd.getpwuid, st.st_uid),
+           "group": _name(grp.getgrgid, st.st_gid)}
+    if digest:
+        with open(path, "rb") as f:
+            out["sha256"] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def _name(lookup: Callable[[int], tuple], ident: int) -> str:
+    try:
+        return lookup(ident)[0]
+    except KeyError:
+        return str(ident)
+
+
+def _states(verb: str, units: list[str]) -> list[str]:
+    if not units:
+        return []
+    proc = subprocess.run(["systemctl", verb, *units], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          text=True)
+    lines = proc.stdout.split()
+    return lines if len(lines) == len(units) else ["unknown"] * len(units)
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    out = {"user": None, "group": None}
+    try:
+        u = pwd.getpwnam(cfg["user"])
+        out["user"] = {"group": _name(grp.getgrgid, u.pw_gid), "home": u.pw_dir, "shell": u.pw_shell,
+                       "groups": sorted(g.gr_name for g in grp.getgrall() if cfg["user"] in g.gr_mem)}
+    except KeyError:
+        pass
+    with contextlib.suppress(KeyError):
+        out["group"] = grp.getgrnam(cfg["group"]).gr_name
+    out["dirs"] = {p: _stat(p, False) for p in cfg["dirs"]}
+    out["files"] = {p: _stat(p, True) for p in cfg["files"]}
+    units = cfg["units"]
+    out["units"] = {u: {"enabled": e, "active": a}
+                    for u, e, a in zip(units, _states("is-enabled", units), _states("is-active", units), strict=True)}
+    print(json.dumps(out))
+
+
+main()

@@ -1,0 +1,231 @@
+"""Benchmark of a no-op converge: what a second `site.yml` costs next to asking the hosts what they are.
+
+On a scratch copy of a sim inventory (default inventory/sim: one host; `--inventory inventory/sim-fleet` for
+the three-host fleet; own bridge, subnet and state dir, torn down at the end) it
+  1. converges the cluster with site.yml (its first run after the caches exist: hosts, provision, deploy,
+     verification), and reports that time per stage;
+  2. runs `site.yml --skip-tags verify` again (changed=0 expected) and times it: wall clock, per stage
+     (play), per role and the slowest tasks, from the ansible.posix.json callback;
+  3. times `ansible all -m ansible.builtin.setup` on the same hosts (median of three runs before and of three
+     after the no-op, averaged) and prints the ratio;
+  4. runs `site.yml --tags verify` and reports the verification play's time beyond its kill windows
+     (cascade cycles x window_s from the verdict report).
+With several `--inventory` options the fleet ratios (each no-op converge / the first one's) are printed too.
+The cold `make site` on a machine without caches cannot be measured honestly on a shared machine whose caches
+exist; `--cold-howto` prints how to measure it, phase by phase, on a fresh machine.
+
+Run as root:  .venv/bin/python tests/bench/bench_converge.py [--inventory DIR ...] [--json]
+              [--ansible-arg=-e --ansible-arg=pdfleet_provision_serial=100%]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the scratch-cluster helper
+
+from pdfleet.paths import DEFAULT_INVENTORY, REPO_ROOT
+from simcluster import SITE, ScratchCluster, scratch_cluster
+
+BIN = Path(sys.executable).parent
+STAGES = ("Preflight", "Sim", "Provision", "Deploy", "Verify")
+
+COLD_HOWTO = """\
+Cold `make site` by phase (a fresh Debian/Ubuntu machine, no /var/cache/pdfleet-sim, no .venv):
+  time bash scripts/host-packages.sh                         # apt: host packages
+  time make setup                                            # the project venv
+  time .venv/bin/pdfleet sim up -i inventory/sim             # golden image and CPU runtime, built
+                                                             #   concurrently; the log says each one's time
+  time .venv/bin/ansible-playbook site.yml --skip-tags verify   # converge (provision, deploy)
+  time .venv/bin/ansible-playbook site.yml --tags verify        # verification
+  .venv/bin/pdfleet sim down
+The sum is `make site`; the last two lines are the part that must not grow once the caches exist."""
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def _ts(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+EXTRA_ARGS: list[str] = []  # --ansible-arg: passed to every ansible-playbook run
+
+
+def playbook(cluster: ScratchCluster, *extra: str) -> tuple[float, dict]:
+    """Run site.yml with the JSON callback; (wall seconds, the callback's document)."""
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_NOCOLOR="1",
+               ANSIBLE_JSON_INDENT="0")
+    verify = json.dumps({"pdfleet_verify_args": ["--cycles", "1"],
+                         "pdfleet_verify_reports_dir": str(cluster.reports_dir)})
+    t0 = time.monotonic()
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(cluster.inventory), str(SITE), "-e", verify,
+                           *EXTRA_ARGS, *extra], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - t0
+    start = proc.stdout.find("{")
+    if proc.returncode != 0 or start < 0:
+        raise SystemExit(f"site.yml {' '.join(extra)} failed (rc {proc.returncode}):\n{proc.stdout[-4000:]}\n"
+                         f"{proc.stderr[-2000:]}")
+    return wall, json.loads(proc.stdout[start:])
+
+
+def stage_of(play_name: str) -> str:
+    head = play_name.split("|", 1)[0].strip()
+    return head if head in STAGES else play_name
+
+
+def profile(doc: dict) -> dict[str, object]:
+    """Per stage, per role, tasks run and the slowest tasks of one callback document."""
+    stages: dict[str, float] = defaultdict(float)
+    roles: dict[str, float] = defaultdict(float)
+    tasks: list[tuple[float, str]] = []
+    run = 0
+    for play in doc["plays"]:
+        d = play["play"]["duration"]
+        if "end" in d:
+            stages[stage_of(play["play"]["name"])] += _ts(d["end"]) - _ts(d["start"])
+        for task in play["tasks"]:
+            td = task["task"]["duration"]
+            if "end" not in td:
+                continue
+            secs = _ts(td["end"]) - _ts(td["start"])
+            name = task["task"]["name"]
+            role = name.split(" : ", 1)[0] if " : " in name else "(play)"
+            roles[role] += secs
+            tasks.append((secs, f"{stage_of(play['play']['name'])} / {name}"))
+            if any(not r.get("skipped") for r in task["hosts"].values()):
+                run += 1
+    changed = {h: s["changed"] for h, s in doc["stats"].items()}
+    return {"stages_s": {k: round(v, 2) for k, v in stages.items()},
+            "roles_s": {k: round(v, 2) for k, v in sorted(roles.items(), key=lambda kv: -kv[1])},
+            "tasks_total": len(tasks), "tasks_run": run, "changed": changed,
+            "slowest_tasks": [(round(s, 2), n) for s, n in sorted(tasks, reverse=True)[:12]]}
+
+
+def setup_time(cluster: ScratchCluster, runs: int = 3) -> float:
+    """The median wall time of `runs` x `ansible all -m setup` (one sample is at the mercy of a loaded machine)."""
+    samples = []
+    for _ in range(runs):
+        t0 = time.monotonic()
+        proc = subprocess.run([str(BIN / "ansible"), "-i", str(cluster.inventory), "all", "-m",
+                               "ansible.builtin.setup"], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise SystemExit(f"ansible -m setup failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        samples.append(time.monotonic() - t0)
+    return sorted(samples)[len(samples) // 2]
+
+
+def kill_windows_s(cluster: ScratchCluster) -> tuple[float, dict[str, float]]:
+    """cycles x window_s of the cascade check in the newest verdict report, and each check's duration."""
+    report = cluster.latest_report()
+    checks = report.get("checks", [])
+    durations = {c.get("name", "?"): round(float(c.get("duration_s", 0)), 1) for c in checks}
+    for check in checks:
+        if check.get("name") == "cascade":
+            t = check.get("thresholds", {})
+            return float(t.get("cycles", 1)) * float(t.get("window_s", 0)), durations
+    raise SystemExit(f"no cascade check in the report: {sorted(report)}")
+
+
+def bench_one(source: Path, root: Path) -> dict[str, object]:
+    with scratch_cluster(root, source=source) as cluster:
+        log(f"{source}: first converge (hosts, provision, deploy, verification)")
+        first_wall, first = playbook(cluster)
+        cluster.wait_ready()
+        log(f"{source}: ansible -m setup (3 times), the no-op converge (--skip-tags verify), setup again")
+        before = setup_time(cluster)
+        noop_wall, noop = playbook(cluster, "--skip-tags", "verify")
+        setup_s = (before + setup_time(cluster)) / 2
+        log(f"{source}: verification alone (--tags verify)")
+        verify_wall, verify = playbook(cluster, "--tags", "verify")
+        windows, check_s = kill_windows_s(cluster)
+    noop_prof = profile(noop)
+    verify_s = profile(verify)["stages_s"].get("Verify", 0.0)
+    return {
+        "inventory": str(source),
+        "hosts": len([h for h in noop["stats"] if h != "localhost"]),
+        "first_converge_s": round(first_wall, 1),
+        "first_converge_stages_s": profile(first)["stages_s"],
+        "noop_converge_s": round(noop_wall, 1),
+        "setup_s": round(setup_s, 1),
+        "noop_over_setup": round(noop_wall / setup_s, 2),
+        "noop": noop_prof,
+        "verify_play_s": round(verify_s, 1),
+        "verify_wall_s": round(verify_wall, 1),
+        "kill_windows_s": windows,
+        "verify_checks_s": check_s,
+        "verify_beyond_windows_over_windows": round((verify_s - windows) / windows, 2) if windows else None,
+    }
+
+
+def print_figures(figures: dict) -> None:
+    for run in figures["runs"]:
+        print(f"== {run['inventory']} ({run['hosts']} host(s))")
+        for key in ("first_converge_s", "noop_converge_s", "setup_s", "noop_over_setup", "verify_play_s",
+                    "kill_windows_s", "verify_beyond_windows_over_windows"):
+            print(f"  {key:36} {run[key]}")
+        print(f"  {'verification checks (s)':36} {run['verify_checks_s']}")
+        print(f"  {'first converge per stage':36} {run['first_converge_stages_s']}")
+        noop = run["noop"]
+        print(f"  {'no-op changed':36} {noop['changed']}")
+        print(f"  {'no-op tasks run / total':36} {noop['tasks_run']} / {noop['tasks_total']}")
+        print(f"  {'no-op per stage (s)':36} {noop['stages_s']}")
+        print(f"  {'no-op per role (s)':36} {noop['roles_s']}")
+        print("  slowest no-op tasks:")
+        for secs, name in noop["slowest_tasks"]:
+            print(f"    {secs:6.2f}  {name}")
+    for key, value in figures.get("fleet", {}).items():
+        print(f"{key:38} {value}")
+    print(f"load average at the end: {figures['loadavg']}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inventory", type=Path, action="append",
+                        help=f"sim inventory to copy (repeat; default {DEFAULT_INVENTORY})")
+    parser.add_argument("--ansible-arg", action="append", default=[], metavar="ARG",
+                        help="an extra ansible-playbook argument for every run (repeat), e.g. -e k=v")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--cold-howto", action="store_true", help="print how to measure a cold `make site`")
+    args = parser.parse_args()
+    if args.cold_howto:
+        print(COLD_HOWTO)
+        return 0
+    if os.geteuid() != 0:
+        print("bench_converge: run as root (the simulated cluster needs systemd-nspawn and a bridge)", file=sys.stderr)
+        return 2
+    EXTRA_ARGS.extend(args.ansible_arg)
+    sources = args.inventory or [DEFAULT_INVENTORY]
+    for s in sources:
+        if not (s / "hosts.yml").is_file():
+            print(f"bench_converge: {s}: no hosts.yml; pass a sim inventory directory", file=sys.stderr)
+            return 2
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="pdfleet-bench-converge-") as tmp:
+        for i, source in enumerate(sources):
+            runs.append(bench_one(source, Path(tmp) / str(i)))
+    figures: dict[str, object] = {"runs": runs, "loadavg": os.getloadavg()}
+    if len(runs) > 1:
+        base = runs[0]["noop_converge_s"]
+        figures["fleet"] = {f"noop {r['inventory']} / {runs[0]['inventory']}": round(r["noop_converge_s"] / base, 2)
+                            for r in runs[1:]}
+    if args.json:
+        print(json.dumps(figures, indent=2))
+    else:
+        print_figures(figures)
+        print(COLD_HOWTO)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
