@@ -36,7 +36,7 @@ from pdfleet.inventory import (
 from pdfleet.model import HostSpec, parse_cluster
 from pdfleet.paths import PATCH_DIR, REPO_ROOT
 from pdfleet.planner import Plan, Unit
-from pdfleet.versions import DRIVER_HOLD_REGEX, UCX_TLS_ALIASES
+from pdfleet.versions import DRIVER_HOLD_REGEX
 
 SUITE_DIR = REPO_ROOT / "tests" / "conformance"
 # What is held: every package of the driver (constants.yml, which the nvidia_driver role reads too).
