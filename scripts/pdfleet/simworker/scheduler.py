@@ -324,7 +324,14 @@ class Scheduler:
         req.stage = "prealloc"
         ready = self.decode_link.kv_ready_event(room)
         req.target = await self._resolve_prefill(req)
+        self.decode_link.track_room(req.target, room)
         async with self._slots:
+            # The heartbeat declared the prefill dead while the request waited for a slot (decode.py:
+            # a prealloc request whose receiver polls Failed ends as "Decode handshake failed").
+            lost = self.decode_link.room_failure(room)
+            if lost is not None:
+                self._decode_failure(req, "handshake", lost)
+                return
             pages = max(1, -(-req.plan.prompt_tokens // self.args.effective_page_size()))
             await self.decode_link.send_transfer_info(req.target, room, pages)
             req.stage = "transfer"
@@ -336,6 +343,10 @@ class Scheduler:
                           "in KVPoll.WaitingForInput")
                 await self._decode_abort_notify(req)
                 self._decode_failure(req, "transfer", reason)
+                return
+            lost = self.decode_link.room_failure(room)
+            if lost is not None:  # the transfer queue polls Failed: "Decode transfer failed" (HTTP 500)
+                self._decode_failure(req, "transfer", lost)
                 return
             req.stage = "running"
             # The first token came from the prefill with the KV; pace the rest.
