@@ -33,8 +33,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pdfleet.versions import version_tuple
-
 if TYPE_CHECKING:
     from aiohttp import ClientSession
 
@@ -76,12 +74,19 @@ class HeartbeatSettings:
             failures = int(raw_failures) if raw_failures else DEFAULT_MAX_FAILURES
         except ValueError:
             raise HeartbeatSettingsError(f"{MAX_FAILURE_VAR}={raw_failures!r} is not an integer (e.g. 2)") from None
-        try:
-            forgets = version_tuple(sglang_version.split("+")[0].split(".post")[0])[:3] >= FORGETS_COUNT_FROM
-        except ValueError:
-            forgets = True
         return cls(interval_s=max(interval, MIN_INTERVAL_S), max_failures=max(failures, MIN_MAX_FAILURES),
-                   forget_count_on_failure=forgets)
+                   forget_count_on_failure=_release(sglang_version) >= FORGETS_COUNT_FROM)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """'0.5.15.post1' -> (0, 5, 15); an unreadable version counts as new. (The sim hosts carry only
+    pdfleet.simworker, not pdfleet.versions.)"""
+    parts: list[int] = []
+    for part in version.split("+")[0].split(".")[:3]:
+        if not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts) if len(parts) == 3 else (999,)
 
 
 class PrefillHeartbeat:
