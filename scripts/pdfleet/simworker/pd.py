@@ -334,7 +334,10 @@ class DecodeLink:
 
 
 def lost_connection_reason(addr: str) -> str:
-    """The failure SGLang records for rooms of a dead prefill (conn.py:754 / 0.5.23 conn.py:2096)."""
+    """The failure SGLang records for rooms of a dead prefill.
+
+    (common/conn.py: 0.5.15.post1 line 756, 0.5.23 line 2098.)
+    """
     return f"Lost connection with prefill instance (bootstrap_addr: {addr})"
 
 

@@ -326,8 +326,9 @@ class Scheduler:
         req.target = await self._resolve_prefill(req)
         self.decode_link.track_room(req.target, room)
         async with self._slots:
-            # The heartbeat declared the prefill dead while the request waited for a slot (decode.py:
-            # a prealloc request whose receiver polls Failed ends as "Decode handshake failed").
+            # The heartbeat declared the prefill dead while the request waited for a slot: a prealloc
+            # request whose receiver polls Failed ends as "Decode handshake failed" (decode.py,
+            # _update_handshake_waiters: 0.5.15.post1 line 671, 0.5.23 line 1158).
             lost = self.decode_link.room_failure(room)
             if lost is not None:
                 self._decode_failure(req, "handshake", lost)
@@ -345,7 +346,7 @@ class Scheduler:
                 self._decode_failure(req, "transfer", reason)
                 return
             lost = self.decode_link.room_failure(room)
-            if lost is not None:  # the transfer queue polls Failed: "Decode transfer failed" (HTTP 500)
+            if lost is not None:  # transfer queue polls Failed: "Decode transfer failed" (decode.py 1689 / 2861)
                 self._decode_failure(req, "transfer", lost)
                 return
             req.stage = "running"
