@@ -209,10 +209,19 @@ def test_reboot_of_the_host(fault_cluster: ScratchCluster, timing: Timing) -> No
     t0 = time.monotonic()
     # Detached, so the ssh session ends before the host goes down.
     assert fault_cluster.ssh("nohup sh -c 'sleep 1; systemctl reboot' >/dev/null 2>&1 &").returncode == 0
+    down_by = t0 + 60
+    while time.monotonic() < down_by and _http_status(fault_cluster.router_url + "/readiness") == 200:
+        time.sleep(0.2)
+    assert time.monotonic() < down_by, "the host did not go down"
     bound = BOOT_BUDGET_S + worker_bound(timing, PREFILL, crash=False) + START_BUDGET_S
     serve_again(fault_cluster, t0, bound, "reboot of the host")
-    order = fault_cluster.ssh("systemctl show -p ActiveEnterTimestampMonotonic --value "
-                              f"{PREFILL} {DECODE} {ROUTER}").stdout.split()
+    order: list[str] = []
+    for _ in range(30):  # sshd may still be starting
+        order = fault_cluster.ssh("systemctl show -p ActiveEnterTimestampMonotonic --value "
+                                  f"{PREFILL} {DECODE} {ROUTER}").stdout.split()
+        if len(order) == 3:
+            break
+        time.sleep(2)
     prefill, decode, router = (int(x) for x in order)
     assert router >= max(prefill, decode), order
     verify(fault_cluster)  # the full verification, once, after the last fault
