@@ -3,8 +3,8 @@ anyone acting, within a bound derived from the heartbeat, the restart delays and
 checks, and `pdfleet verify` passes afterwards. Each test prints its measured time to serve again and
 records it in <reports>/faults.json.
 
-The catalogue (about 12 minutes on 2 cores) is `long`; the SIGKILL of the prefill, the fault of issue 16,
-also runs by default.
+The catalogue (13 minutes on 2 shared cores, 5 of them converging) is `long`; the SIGKILL of the prefill,
+the fault of issue 16, also runs by default.
 """
 
 from __future__ import annotations
