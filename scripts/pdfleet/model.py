@@ -112,6 +112,10 @@ class NixlSpec:
     ucx_net_devices: str = ""
     bootstrap_timeout_s: int = 300
     waiting_timeout_s: int = 300
+    # The decodes' heartbeat to their prefills (SGLang's SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL and
+    # _MAX_FAILURE, same defaults); the planner derives every prefill's start hold-down from them.
+    heartbeat_interval_s: float = 5.0
+    heartbeat_max_failures: int = 2
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
@@ -127,6 +131,8 @@ class ServiceSpec:
     limit_memlock: str = "infinity"
     restart_sec: int = 10
     start_timeout_s: int = 1800
+    # Seconds a prefill unit waits before every start (ExecStartPre); unset: derived from the heartbeat.
+    prefill_hold_down_s: int | None = None
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ plan`/`render`) and Ansible (the `pdfleet_plan` filter) both call `build_plan`, 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -45,6 +46,7 @@ class Unit:
     ucx_tls: list[str] = field(default_factory=list)  # UCX_TLS words, in order (PD workers only)
     ucx_net_devices: list[str] = field(default_factory=list)
     required_transports: list[str] = field(default_factory=list)  # what `ucx_info -d` must list on this host
+    start_hold_down_s: int = 0  # ExecStartPre sleep before every start (prefill units: see prefill_hold_down)
 
     @property
     def exec_start_line(self) -> str:
@@ -114,7 +116,54 @@ def check_rules(
     problems += _check_ports(c)
     problems += _check_roles(c)
     problems += _check_versions(c, supported_patches)
+    problems += _check_heartbeat(c)
     return problems
+
+
+# SGLang's decode clamps its heartbeat settings (conn.py: 0.5.15.post1 lines 196-202, 0.5.23 lines 479-485).
+HEARTBEAT_MIN_INTERVAL_S = 2.0
+HEARTBEAT_MIN_FAILURES = 1
+
+
+def heartbeat_forget_s(c: ClusterModel) -> int:
+    """Seconds a prefill must stay unreachable so that every decode has forgotten it.
+
+    A decode checks each known prefill every interval and drops it after max_failures misses in a row
+    (pdfleet.simworker.heartbeat cites the code). A prefill down for interval x max_failures can still
+    slip between the checks by the time the checks themselves take; one more interval is the margin.
+    """
+    interval = max(c.nixl.heartbeat_interval_s, HEARTBEAT_MIN_INTERVAL_S)
+    failures = max(c.nixl.heartbeat_max_failures, HEARTBEAT_MIN_FAILURES)
+    return math.ceil(interval * (failures + 1))
+
+
+def prefill_hold_down(c: ClusterModel) -> int:
+    """The prefill units' wait before every start: the inventory's value, or the heartbeat's forget time."""
+    return c.service.prefill_hold_down_s if c.service.prefill_hold_down_s is not None else heartbeat_forget_s(c)
+
+
+def _check_heartbeat(c: ClusterModel) -> list[Problem]:
+    out: list[Problem] = []
+    n = c.nixl
+    if n.heartbeat_interval_s < HEARTBEAT_MIN_INTERVAL_S:
+        out.append(Problem("pdfleet_cluster.nixl.heartbeat_interval_s", f"is {n.heartbeat_interval_s:g} s, but SGLang "
+                           f"raises the decodes' heartbeat interval to at least {HEARTBEAT_MIN_INTERVAL_S:g} s",
+                           f"set it to {HEARTBEAT_MIN_INTERVAL_S:g} or more"))
+    if n.heartbeat_max_failures < HEARTBEAT_MIN_FAILURES:
+        out.append(Problem("pdfleet_cluster.nixl.heartbeat_max_failures", f"is {n.heartbeat_max_failures}, but SGLang "
+                           "declares a prefill dead after at least 1 missed heartbeat", "set it to 1 or more"))
+    hold = c.service.prefill_hold_down_s
+    forget = heartbeat_forget_s(c)
+    if c.profile in PD_PROFILES and hold is not None and hold < forget:
+        out.append(Problem(
+            "pdfleet_cluster.service.prefill_hold_down_s",
+            f"is {hold} s, but a decode forgets a dead prefill only after heartbeat_interval_s "
+            f"{n.heartbeat_interval_s:g} s x (heartbeat_max_failures {n.heartbeat_max_failures} + 1 margin) = "
+            f"{forget} s; a prefill back sooner leaves the decodes holding the dead process's registration and "
+            "every request of its pairs fails",
+            f"set it to at least {forget} (or remove it: the planner derives it), or lower "
+            "pdfleet_cluster.nixl.heartbeat_interval_s / heartbeat_max_failures"))
+    return out
 
 
 def _check_hosts(c: ClusterModel, inventory_hosts: Mapping[str, str]) -> list[Problem]:
@@ -387,6 +436,8 @@ def _worker_unit(c: ClusterModel, inst: InstanceSpec, address: str) -> Unit:
         env |= {"SGLANG_DISAGGREGATION_NIXL_BACKEND": c.nixl.backend,
                 "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": str(c.nixl.bootstrap_timeout_s),
                 "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": str(c.nixl.waiting_timeout_s),
+                "SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL": f"{c.nixl.heartbeat_interval_s:g}",
+                "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE": str(c.nixl.heartbeat_max_failures),
                 "UCX_TLS": c.nixl.ucx_tls}
         if c.nixl.ucx_net_devices:
             env["UCX_NET_DEVICES"] = c.nixl.ucx_net_devices
@@ -400,6 +451,7 @@ def _worker_unit(c: ClusterModel, inst: InstanceSpec, address: str) -> Unit:
         exec_start=argv, environment=env, gpus=list(inst.gpus), cuda_visible_devices=gpus,
         ports=_instance_ports(inst), timeout_stop_s=c.router.drain_timeout_s + 60,
         url=f"http://{address}:{inst.port}", tp=inst.tp, dp=inst.dp,
+        start_hold_down_s=prefill_hold_down(c) if inst.role == "prefill" else 0,
         ucx_tls=[w.strip() for w in c.nixl.ucx_tls.split(",") if w.strip()] if inst.role != "mono" else [],
         ucx_net_devices=[d.strip() for d in c.nixl.ucx_net_devices.split(",") if d.strip()]
         if inst.role != "mono" else [],

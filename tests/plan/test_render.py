@@ -71,7 +71,7 @@ def _fake_root(root: Path, units: list[Path]) -> None:
     for unit in units:
         shutil.copy(unit, root / "etc/systemd/system" / unit.name)
         for line in unit.read_text().splitlines():
-            if line.startswith("ExecStart="):
+            if line.startswith(("ExecStart=", "ExecStartPre=")):
                 exe = root / line.split("=", 1)[1].split()[0].lstrip("/")
                 exe.parent.mkdir(parents=True, exist_ok=True)
                 exe.write_text("#!/bin/sh\n")

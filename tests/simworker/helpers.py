@@ -18,10 +18,11 @@ from pdfleet.simworker.launch import HOST, REPO_ROOT, free_port, http_get, http_
 class Worker:
     """One ``python -m pdfleet.simworker`` process on loopback; always stopped by ``close``."""
 
-    def __init__(self, python: str, env: Mapping[str, str], log: Path, argv: Sequence[str] = ()) -> None:
+    def __init__(self, python: str, env: Mapping[str, str], log: Path, argv: Sequence[str] = (),
+                 port: int | None = None) -> None:
         import os
 
-        self.port = free_port()
+        self.port = free_port() if port is None else port
         self.url = f"http://{HOST}:{self.port}"
         self.log = log
         cmd = [python, "-m", "pdfleet.simworker", "--model-path", "/models/dsv4-sim", "--served-model-name",

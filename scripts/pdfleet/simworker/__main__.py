@@ -56,6 +56,7 @@ async def serve(args: WorkerArgs, settings: SimSettings, stop: asyncio.Event) ->
     import aiohttp
     from aiohttp import web
 
+    from pdfleet.simworker.heartbeat import HeartbeatSettings, PrefillHeartbeat
     from pdfleet.simworker.metrics import Metrics
     from pdfleet.simworker.pd import BootstrapTable, DecodeLink, PrefillLink, bootstrap_app, rank_registration
     from pdfleet.simworker.scheduler import Scheduler
@@ -66,6 +67,7 @@ async def serve(args: WorkerArgs, settings: SimSettings, stop: asyncio.Event) ->
     runners: list[web.AppRunner] = []
     kv = None
     prefill_link = decode_link = None
+    heartbeat = None
     version = _sglang_version(args, settings)
     session = aiohttp.ClientSession()
     try:
@@ -87,6 +89,11 @@ async def serve(args: WorkerArgs, settings: SimSettings, stop: asyncio.Event) ->
             frames = _decode_frames(settings, version)
             decode_link = DecodeLink(frames, local_ip, session, tp_size=args.tp_size)
             decode_link.start()
+            heartbeat = PrefillHeartbeat(HeartbeatSettings.from_env(os.environ, version), session,
+                                         decode_link.known_prefills, decode_link.forget_prefill)
+            heartbeat.start()
+            logger.info("Prefill heartbeat: every %.1fs, %d failures declare a prefill dead",
+                        heartbeat.settings.interval_s, heartbeat.settings.max_failures)
         scheduler = Scheduler(args, settings, metrics, prefill_kv=kv, prefill_link=prefill_link,
                               decode_link=decode_link)
         scheduler.start()
@@ -101,6 +108,8 @@ async def serve(args: WorkerArgs, settings: SimSettings, stop: asyncio.Event) ->
         logger.info("Shutting down the simulated worker")
         await scheduler.stop()
     finally:
+        if heartbeat is not None:
+            await heartbeat.stop()
         for r in reversed(runners):
             await r.cleanup()
         await session.close()

@@ -249,6 +249,7 @@ class DecodeLink:
         self._resolving: dict[str, asyncio.Lock] = {}
         self._ready: dict[int, asyncio.Event] = {}
         self._listener: asyncio.Task[None] | None = None
+        self._node_failures = NodeFailureState()
 
     def start(self) -> None:
         self._listener = asyncio.get_running_loop().create_task(self._listen())
@@ -258,6 +259,7 @@ class DecodeLink:
             frames = await self._pull.recv_multipart()
             if len(frames) >= 2 and frames[0] == KV_READY:
                 room = int(frames[1].decode("ascii"))
+                self._node_failures.succeeded(room)
                 self._ready.setdefault(room, asyncio.Event()).set()
             else:
                 logger.warning("decode KV channel: ignored a message with leading frame %r", frames[0][:32])
@@ -267,6 +269,7 @@ class DecodeLink:
 
     def forget_room(self, room: int) -> None:
         self._ready.pop(room, None)
+        self._node_failures.untrack(room)
 
     def _socket(self, endpoint: str) -> Any:
         sock = self._push.get(endpoint)
@@ -362,6 +365,85 @@ class DecodeLink:
             sock.close(0)
         self._pull.close(0)
         self._ctx.term()
+
+    # ----- node failure (the heartbeat's handler; see pdfleet.simworker.heartbeat) ------------------
+    def known_prefills(self) -> list[str]:
+        """The bootstrap addresses this decode resolved (SGLang's ``prefill_info_table`` keys)."""
+        return list(self._targets)
+
+    def track_room(self, target: PrefillTarget, room: int) -> None:
+        """Record that ``room`` talks to ``target`` (SGLang's ``addr_to_rooms_tracker``).
+
+        A target the heartbeat dropped between the resolve and this call fails the room at once.
+        """
+        self._node_failures.track(target.addr, room)
+        if self._targets.get(target.addr) is not target:
+            self._node_failures.fail(room, lost_connection_reason(target.addr))
+            self._ready.setdefault(room, asyncio.Event()).set()
+
+    def room_failure(self, room: int) -> str | None:
+        """Why the room failed (the prefill was declared dead), or None."""
+        return self._node_failures.failure(room)
+
+    def forget_prefill(self, addr: str) -> list[int]:
+        """SGLang's ``_handle_node_failure``: drop the prefill's cached target and socket, fail its rooms."""
+        target = self._targets.pop(addr, None)
+        if target is not None:
+            sock = self._push.pop(target.endpoint, None)
+            if sock is not None:
+                sock.close(0)
+        reason = lost_connection_reason(addr)
+        affected = self._node_failures.fail_addr(addr, reason)
+        for room in affected:
+            self._ready.setdefault(room, asyncio.Event()).set()
+        logger.error("%s, %d requests affected", reason, len(affected))
+        return affected
+
+
+def lost_connection_reason(addr: str) -> str:
+    """The failure SGLang records for rooms of a dead prefill.
+
+    (common/conn.py: 0.5.15.post1 line 756, 0.5.23 line 2098.)
+    """
+    return f"Lost connection with prefill instance (bootstrap_addr: {addr})"
+
+
+class NodeFailureState:
+    """Rooms per prefill address and the rooms failed because their prefill was declared dead."""
+
+    def __init__(self) -> None:
+        self._rooms: dict[str, set[int]] = {}
+        self._addr_of: dict[int, str] = {}
+        self._failed: dict[int, str] = {}
+
+    def track(self, addr: str, room: int) -> None:
+        self._rooms.setdefault(addr, set()).add(room)
+        self._addr_of[room] = addr
+
+    def untrack(self, room: int) -> None:
+        addr = self._addr_of.pop(room, None)
+        if addr is not None:
+            self._rooms.get(addr, set()).discard(room)
+        self._failed.pop(room, None)
+
+    def succeeded(self, room: int) -> None:
+        """The room's KV arrived: a later node failure no longer concerns it (status Success)."""
+        addr = self._addr_of.pop(room, None)
+        if addr is not None:
+            self._rooms.get(addr, set()).discard(room)
+
+    def fail(self, room: int, reason: str) -> None:
+        self._failed[room] = reason
+
+    def fail_addr(self, addr: str, reason: str) -> list[int]:
+        rooms = sorted(self._rooms.pop(addr, set()))
+        for room in rooms:
+            self._addr_of.pop(room, None)
+            self._failed[room] = reason
+        return rooms
+
+    def failure(self, room: int) -> str | None:
+        return self._failed.get(room)
 
 
 class PrefillLink:

@@ -328,7 +328,15 @@ class Scheduler:
         req.stage = "prealloc"
         ready = self.decode_link.kv_ready_event(room)
         req.target = await self._resolve_prefill(req)
+        self.decode_link.track_room(req.target, room)
         async with self._slots:
+            # The heartbeat declared the prefill dead while the request waited for a slot: a prealloc
+            # request whose receiver polls Failed ends as "Decode handshake failed" (decode.py,
+            # _update_handshake_waiters: 0.5.15.post1 line 671, 0.5.23 line 1158).
+            lost = self.decode_link.room_failure(room)
+            if lost is not None:
+                self._decode_failure(req, "handshake", lost)
+                return
             pages = max(1, -(-req.plan.prompt_tokens // self.args.effective_page_size()))
             await self.decode_link.send_transfer_info(req.target, room, pages)
             req.stage = "transfer"
@@ -340,6 +348,10 @@ class Scheduler:
                           "in KVPoll.WaitingForInput")
                 await self._decode_abort_notify(req)
                 self._decode_failure(req, "transfer", reason)
+                return
+            lost = self.decode_link.room_failure(room)
+            if lost is not None:  # transfer queue polls Failed: "Decode transfer failed" (decode.py 1689 / 2861)
+                self._decode_failure(req, "transfer", lost)
                 return
             req.stage = "running"
             # The first token came from the prefill with the KV; pace the rest.
