@@ -17,6 +17,7 @@ options:
   started: {description: Epoch the rollout began., type: float, required: true}
   swap: {description: The split-fleet swap's measurements., type: dict}
   one_pair: {description: The cluster has one pair (report the window without service)., type: bool, default: false}
+  bench: {description: The benchmark check after the last host (against the baseline before the first)., type: dict}
 """
 
 EXAMPLES = r"""
@@ -56,6 +57,7 @@ def main() -> None:
             "started": {"type": "float", "required": True},
             "swap": {"type": "dict"},
             "one_pair": {"type": "bool", "default": False},
+            "bench": {"type": "dict"},
         },
         supports_check_mode=True,
     )
@@ -63,7 +65,7 @@ def main() -> None:
         module.fail_json(msg=f"the pdfleet package is not importable ({IMPORT_ERROR})")
     p = module.params
     data = report.build(p["rollout"], p["timelines"], p["outcome"], p["started"], time.time(), p["swap"],
-                        p["one_pair"])
+                        p["one_pair"], p["bench"])
     if not module.check_mode:
         report.write(Path(p["path"]), data)
     module.exit_json(changed=False, table=data["table"], path=p["path"], total_s=data["total_s"],

@@ -34,7 +34,7 @@ def seconds(timeline: dict[str, Any]) -> dict[str, float | None]:
 
 def build(rollout: dict[str, Any], timelines: dict[str, dict[str, Any]], outcome: dict[str, Any],
           started: float, finished: float, swap: dict[str, Any] | None = None,
-          one_pair: bool = False) -> dict[str, Any]:
+          one_pair: bool = False, bench: dict[str, Any] | None = None) -> dict[str, Any]:
     hosts = {}
     for host in rollout.get("order", []):
         tl = timelines.get(host) or {}
@@ -45,7 +45,7 @@ def build(rollout: dict[str, Any], timelines: dict[str, dict[str, Any]], outcome
               "target": rollout.get("target"), "order": rollout.get("order"), "batches": rollout.get("batches"),
               "started": started, "finished": finished, "total_s": total, "sum_gates_s": round(gates, 3),
               "ratio_total_to_gates": round(total / gates, 2) if gates else None, "hosts": hosts, "swap": swap,
-              "plan": rollout}
+              "bench": bench, "plan": rollout}
     if one_pair:
         report["window_without_service_s"] = {h: v["seconds"].get("out_of_router") for h, v in hosts.items()}
     report["table"] = table(report).splitlines()
@@ -60,6 +60,8 @@ def table(report: dict[str, Any]) -> str:
             f"gates {report['sum_gates_s']:.1f} s (ratio {report['ratio_total_to_gates']})")
     if report.get("swap"):
         head += f"; swap gap {report['swap'].get('gap_s')} s"
+    if report.get("bench"):
+        head += f"; benchmark {report['bench'].get('status')}: {report['bench'].get('summary')}"
     return head + "\n" + format_table(["host", *cols], rows)
 
 
