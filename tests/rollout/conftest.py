@@ -54,7 +54,9 @@ def _staged(root: Path, source: Path) -> Iterator[ScratchCluster]:
     if reuse:
         info = json.loads((Path(reuse) / "info.json").read_text())
         inv = Path(info["inventory"])
-        yield ScratchCluster(inv, Path(info["state"]), "", info["router"], info["model"], Path(reuse) / "reports")
+        c = ScratchCluster(inv, Path(info["state"]), "", info["router"], info["model"], Path(reuse) / "reports")
+        c.wait_ready()
+        yield c
         return
     reason = skip_reason()
     if reason:
