@@ -189,3 +189,18 @@ def test_http_active_parsing() -> None:
     assert fleet_load.http_active("# TYPE sglang:http_requests_active gauge\n") == 0.0
     text = metrics(active={"/generate": 2, "/health": 3, "/v1/completions": 1})
     assert fleet_load.http_active(text) == 3.0
+
+
+def test_swap_removes_the_old_half_before_adding_the_new(router: FakeRouter) -> None:
+    client = fleet.RouterClient(router.url, poll_interval_s=0.01)
+    old = [fleet.WorkerSpec("http://10.0.0.3:30000", "prefill", 8998),
+           fleet.WorkerSpec("http://10.0.0.3:30001", "decode")]
+    new = [fleet.WorkerSpec("http://10.0.0.1:30000", "prefill", 8998),
+           fleet.WorkerSpec("http://10.0.0.1:30001", "decode")]
+    for s in old:
+        client.add(s, wait_s=5)
+    router.calls.clear()
+    res = client.swap([s.url for s in old], new, wait_s=5)
+    changes = [c.split()[0] for c in router.calls if not c.startswith("GET")]
+    assert changes == ["DELETE", "DELETE", "POST", "POST"]  # never both halves listed
+    assert {w.spec for w in client.workers()} == set(new) and res["gap_s"] >= 0 and res["added"]
