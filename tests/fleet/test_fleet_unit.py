@@ -204,3 +204,11 @@ def test_swap_removes_the_old_half_before_adding_the_new(router: FakeRouter) -> 
     changes = [c.split()[0] for c in router.calls if not c.startswith("GET")]
     assert changes == ["DELETE", "DELETE", "POST", "POST"]  # never both halves listed
     assert {w.spec for w in client.workers()} == set(new) and res["gap_s"] >= 0 and res["added"]
+
+
+def test_cross_pairs_pair_each_prefill_with_the_other_hosts_decodes() -> None:
+    a = fleet.Pair("a", (fleet.Member("pa", "prefill", "http://a:1", bootstrap_port=1), fleet.Member("da", "decode", "http://a:2")))
+    b = fleet.Pair("b", (fleet.Member("pb", "prefill", "http://b:1", bootstrap_port=1), fleet.Member("db", "decode", "http://b:2")))
+    got = {(p.host, p.members[0].name, p.members[1].name) for p in fleet.cross_pairs([a, b])}
+    assert got == {("a>b", "pa", "db"), ("b>a", "pb", "da")}
+    assert fleet.cross_pairs([a]) == []

@@ -8,7 +8,8 @@ module: pdfleet_fleet_gate
 short_description: Refuse to take a host out unless enough other pairs serve
 description:
   - Sends one real request through every other pair the router lists (straight to the pair as the router
-    would, C(pdfleet.fleet.pair_canary)) and counts the pairs that answered. Fails, before anything changes,
+    would, C(pdfleet.fleet.pair_canary)), and through every cross-host pairing of them, and counts the pairs
+    that answered. Fails, before anything changes,
     when one of them does not answer or fewer than O(min_pairs) would keep serving without O(host).
   - Read-only (changed=false); runs in check mode too.
 options:
@@ -19,6 +20,7 @@ options:
   min_pairs: {description: Pairs that must keep serving (a one-pair cluster may go to 0)., type: int, default: 1}
   model: {description: Model name for the requests., type: str, required: true}
   deadline: {description: Seconds each request may take., type: float, default: 30}
+  cross: {description: Also each serving prefill with every other serving host's decode., type: bool, default: true}
 """
 
 EXAMPLES = r"""
@@ -58,6 +60,7 @@ def main() -> None:
             "min_pairs": {"type": "int", "default": 1},
             "model": {"type": "str", "required": True},
             "deadline": {"type": "float", "default": 30.0},
+            "cross": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
@@ -83,6 +86,12 @@ def main() -> None:
             serving.append(host)
         else:
             problems.append(f"{host}: {c.problem} (HTTP {c.status}, {c.latency_s:.1f} s)")
+    if p["cross"]:  # the router pairs across hosts: each serving prefill with every other serving decode
+        for cross in fleet.cross_pairs([others[h] for h in serving]):
+            c = fleet.pair_canary(cross, p["model"], p["deadline"])
+            canaries.append(c.to_dict())
+            if not c.ok:
+                problems.append(f"cross pair {cross.host}: {c.problem} (HTTP {c.status}, {c.latency_s:.1f} s)")
     result = {"changed": False, "serving": serving, "canaries": canaries, "effective_min_pairs": eff_min}
     if problems:
         module.fail_json(msg=f"fleet gate before {p['host']} leaves: pairs in the router that do not answer: "
