@@ -212,3 +212,33 @@ def test_cross_pairs_pair_each_prefill_with_the_other_hosts_decodes() -> None:
     got = {(p.host, p.members[0].name, p.members[1].name) for p in fleet.cross_pairs([a, b])}
     assert got == {("a>b", "pa", "db"), ("b>a", "pb", "da")}
     assert fleet.cross_pairs([a]) == []
+
+
+def test_readd_checks_cross_host_pairings(router: FakeRouter) -> None:
+    workers = [FakeWorker().start() for _ in range(3)]
+    try:
+        for w in workers:
+            w.loads, w.metrics_text = sglang_loads(), metrics(active={}, requests_total=1)
+        pair = _pd_pair(workers[0], workers[1])
+        other_ok = fleet.Pair("gpu02", (fleet.Member("p2", "prefill", workers[2].url, "gpu02", "127.0.0.1", 8998),
+                                        fleet.Member("d2", "decode", workers[2].url, "gpu02", "127.0.0.1")))
+        other_dead = fleet.Pair("gpu03", (fleet.Member("p3", "prefill", workers[2].url, "gpu03", "127.0.0.1", 8998),
+                                          fleet.Member("d3", "decode", "http://127.0.0.1:9", "gpu03", "127.0.0.1")))
+        client = fleet.RouterClient(router.url, poll_interval_s=0.01)
+        count = [1]
+
+        def route() -> None:  # the router sends the probe to this pair: its counters move
+            count[0] += 1
+            for w in workers[:2]:
+                w.metrics_text = metrics(active={}, requests_total=count[0])
+
+        router.on_chat = route
+        sent = len(workers[1].chats)
+        ok = fleet.readd(client, pair, None, "m", confirm_timeout_s=5, others=[other_ok])
+        assert ok.confirmed, ok.problems
+        assert len(workers[1].chats) > sent  # the other host's prefill was paired with this decode
+        bad = fleet.readd(client, pair, None, "m", confirm_timeout_s=5, probe_deadline_s=2, others=[other_dead])
+        assert not bad.confirmed and bad.problems[0].startswith("cross pair gpu01>gpu03: d3"), bad.problems
+    finally:
+        for w in workers:
+            w.stop()

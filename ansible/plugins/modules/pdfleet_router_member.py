@@ -26,6 +26,7 @@ options:
   confirm_timeout: {description: Seconds to confirm routing., type: float, default: 60}
   model: {description: Model name for the routing probes., type: str, default: default}
   wait: {description: Seconds to wait for the router's listing to show each change., type: float, default: 30}
+  plan: {description: The plan document; with it, re-adding also checks every cross-host pairing., type: dict}
 """
 
 EXAMPLES = r"""
@@ -75,6 +76,7 @@ def main() -> None:
             "confirm_timeout": {"type": "float", "default": 60.0},
             "model": {"type": "str", "default": "default"},
             "wait": {"type": "float", "default": 30.0},
+            "plan": {"type": "dict"},
         },
         supports_check_mode=True,
     )
@@ -122,7 +124,13 @@ def _present(module: AnsibleModule, router: fleet.RouterClient, pair: fleet.Pair
         return {"changed": before != "in", "removed": []}
     if before == "in":
         return {"changed": False, "removed": [], "readd": None}
-    res = fleet.readd(router, pair, specs, p["model"], p["confirm_timeout"] if p["confirm"] else 0.0, p["wait"])
+    others = None
+    if p["plan"] and p["confirm"]:
+        listed = router.workers()
+        others = [o for h, o in fleet.pairs_from_plan_dict(p["plan"]).items()
+                  if h != pair.host and membership(o, listed) == "in"]
+    res = fleet.readd(router, pair, specs, p["model"], p["confirm_timeout"] if p["confirm"] else 0.0, p["wait"],
+                      others=others)
     result = {"changed": bool(res.added), "removed": [], "readd": res.to_dict()}
     if p["confirm"] and not res.confirmed:
         module.fail_json(msg=f"{pair.host}: re-add: the router lists the pair but does not route to it: "

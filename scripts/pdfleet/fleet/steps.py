@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdfleet.errors import PdfleetError
-from pdfleet.fleet.canary import chat_body
+from pdfleet.fleet.canary import chat_body, cross_pairs, pair_canary
 from pdfleet.fleet.http import HTTPError, call
 from pdfleet.fleet.load import IdleResult, wait_idle
 from pdfleet.fleet.pairs import Pair
@@ -109,12 +109,14 @@ class ReaddResult:
 
 def readd(router: RouterClient, pair: Pair, specs: list[WorkerSpec] | None, model: str,
           confirm_timeout_s: float = 60.0, wait_s: float = 30.0, probe_deadline_s: float = 30.0,
-          probe_interval_s: float = 0.25) -> ReaddResult:
+          probe_interval_s: float = 0.25, others: list[Pair] | None = None) -> ReaddResult:
     """Add the pair's workers back (``specs`` as they were listed; the plan's when None) and confirm routing.
 
     Prefills go first, so the router never has this host's decode without a prefill to pair it with. Routing
     is confirmed when every member's own request counter moved: requests (client traffic or probes sent
-    here through the production router) reached it.
+    here through the production router) reached it, and, with ``others`` (the other pairs in the router), a
+    real request through every cross-host pairing of this pair with them answered: the router pairs across
+    hosts, and a decode holding stale state about this host's restarted prefill hangs only those.
     """
     t0 = time.monotonic()
     by_url = {s.url: s for s in specs or []}
@@ -132,7 +134,14 @@ def readd(router: RouterClient, pair: Pair, specs: list[WorkerSpec] | None, mode
         after = request_counts(pair)
         moved = {u: _moved(before[u], after[u]) for u in after}
         if all(moved.values()):
-            return ReaddResult(pair.host, added, True, before, after, probes, time.monotonic() - t0)
+            problems = []
+            for cross in cross_pairs([pair, *(others or [])]):
+                if pair.host in cross.host.split(">"):
+                    c = pair_canary(cross, model, probe_deadline_s)
+                    if not c.ok:
+                        problems.append(f"cross pair {cross.host}: {c.problem} (HTTP {c.status}, {c.latency_s:.1f} s)")
+            return ReaddResult(pair.host, added, not problems, before, after, probes, time.monotonic() - t0,
+                               problems)
         if time.monotonic() >= deadline:
             stuck = [u for u, ok in moved.items() if not ok]
             return ReaddResult(pair.host, added, False, before, after, probes, time.monotonic() - t0,
