@@ -238,7 +238,8 @@ def test_readd_checks_cross_host_pairings(router: FakeRouter) -> None:
         assert ok.confirmed, ok.problems
         assert len(workers[1].chats) > sent  # the other host's prefill was paired with this decode
         bad = fleet.readd(client, pair, None, "m", confirm_timeout_s=5, probe_deadline_s=2, others=[other_dead])
-        assert not bad.confirmed and bad.problems[0].startswith("cross pair gpu01>gpu03: d3"), bad.problems
+        assert not bad.confirmed and bad.problems[0].startswith("not added: cross pair gpu01>gpu03: d3"), bad.problems
+        assert bad.added == [] and bad.probes == 0
     finally:
         for w in workers:
             w.stop()
