@@ -19,6 +19,7 @@ from pdfleet.inventory import InventorySource, add_inventory_arguments, load_inv
 from pdfleet.plandoc import plan_document
 from pdfleet.planner import Plan
 from pdfleet.render import render_plan
+from pdfleet.rollout import cli as rollout_cli
 from pdfleet.sim import cli as sim_cli
 from pdfleet.table import format_table
 from pdfleet.verify import cli as verify_cli
@@ -112,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_render)
 
     for register in (patchcli.register, patchstatus.register, sim_cli.register, verify_cli.register,
-                     conformance.register):
+                     conformance.register, rollout_cli.register):
         register(sub)
     return parser
 

@@ -189,3 +189,57 @@ def test_http_active_parsing() -> None:
     assert fleet_load.http_active("# TYPE sglang:http_requests_active gauge\n") == 0.0
     text = metrics(active={"/generate": 2, "/health": 3, "/v1/completions": 1})
     assert fleet_load.http_active(text) == 3.0
+
+
+def test_swap_removes_the_old_half_before_adding_the_new(router: FakeRouter) -> None:
+    client = fleet.RouterClient(router.url, poll_interval_s=0.01)
+    old = [fleet.WorkerSpec("http://10.0.0.3:30000", "prefill", 8998),
+           fleet.WorkerSpec("http://10.0.0.3:30001", "decode")]
+    new = [fleet.WorkerSpec("http://10.0.0.1:30000", "prefill", 8998),
+           fleet.WorkerSpec("http://10.0.0.1:30001", "decode")]
+    for s in old:
+        client.add(s, wait_s=5)
+    router.calls.clear()
+    res = client.swap([s.url for s in old], new, wait_s=5)
+    changes = [c.split()[0] for c in router.calls if not c.startswith("GET")]
+    assert changes == ["DELETE", "DELETE", "POST", "POST"]  # never both halves listed
+    assert {w.spec for w in client.workers()} == set(new) and res["gap_s"] >= 0 and res["added"]
+
+
+def test_cross_pairs_pair_each_prefill_with_the_other_hosts_decodes() -> None:
+    a = fleet.Pair("a", (fleet.Member("pa", "prefill", "http://a:1", bootstrap_port=1), fleet.Member("da", "decode", "http://a:2")))
+    b = fleet.Pair("b", (fleet.Member("pb", "prefill", "http://b:1", bootstrap_port=1), fleet.Member("db", "decode", "http://b:2")))
+    got = {(p.host, p.members[0].name, p.members[1].name) for p in fleet.cross_pairs([a, b])}
+    assert got == {("a>b", "pa", "db"), ("b>a", "pb", "da")}
+    assert fleet.cross_pairs([a]) == []
+
+
+def test_readd_checks_cross_host_pairings(router: FakeRouter) -> None:
+    workers = [FakeWorker().start() for _ in range(3)]
+    try:
+        for w in workers:
+            w.loads, w.metrics_text = sglang_loads(), metrics(active={}, requests_total=1)
+        pair = _pd_pair(workers[0], workers[1])
+        other_ok = fleet.Pair("gpu02", (fleet.Member("p2", "prefill", workers[2].url, "gpu02", "127.0.0.1", 8998),
+                                        fleet.Member("d2", "decode", workers[2].url, "gpu02", "127.0.0.1")))
+        other_dead = fleet.Pair("gpu03", (fleet.Member("p3", "prefill", workers[2].url, "gpu03", "127.0.0.1", 8998),
+                                          fleet.Member("d3", "decode", "http://127.0.0.1:9", "gpu03", "127.0.0.1")))
+        client = fleet.RouterClient(router.url, poll_interval_s=0.01)
+        count = [1]
+
+        def route() -> None:  # the router sends the probe to this pair: its counters move
+            count[0] += 1
+            for w in workers[:2]:
+                w.metrics_text = metrics(active={}, requests_total=count[0])
+
+        router.on_chat = route
+        sent = len(workers[1].chats)
+        ok = fleet.readd(client, pair, None, "m", confirm_timeout_s=5, others=[other_ok])
+        assert ok.confirmed, ok.problems
+        assert len(workers[1].chats) > sent  # the other host's prefill was paired with this decode
+        bad = fleet.readd(client, pair, None, "m", confirm_timeout_s=5, probe_deadline_s=2, others=[other_dead])
+        assert not bad.confirmed and bad.problems[0].startswith("not added: cross pair gpu01>gpu03: d3"), bad.problems
+        assert bad.added == [] and bad.probes == 0
+    finally:
+        for w in workers:
+            w.stop()

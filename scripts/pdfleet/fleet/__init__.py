@@ -12,11 +12,12 @@ Public API (stable; everything else is internal)::
     fleet.wait_idle([(url, role)], timeout_s) -> IdleResult
     fleet.drain(router, pair, timeout_s) -> DrainResult # out of the router, then wait for idle; .removed specs
     fleet.pair_canary(pair, model) -> CanaryResult      # a real request through this pair, no router
+    fleet.cross_pairs(pairs) -> [Pair]                  # each prefill with every other host's decode
     fleet.isolated_gate(pair, fleet.gate_settings(), logs, model, version) -> GateResult
     fleet.readd(router, pair, specs, model) -> ReaddResult  # add back, confirm its own request counter moved
 """
 
-from pdfleet.fleet.canary import CanaryResult, pair_canary
+from pdfleet.fleet.canary import CanaryResult, cross_pairs, pair_canary
 from pdfleet.fleet.gate import GateError, GateResult, TempRouter, gate_settings, isolated_gate, pair_target
 from pdfleet.fleet.load import IdleResult, WorkerLoad, read_load, wait_idle
 from pdfleet.fleet.pairs import Member, Pair, pairs_from_plan, pairs_from_plan_dict
@@ -26,6 +27,6 @@ from pdfleet.fleet.steps import DrainResult, FleetError, ReaddResult, drain, rea
 __all__ = [
     "CanaryResult", "DrainResult", "FleetError", "GateError", "GateResult", "IdleResult", "Member", "Pair",
     "ReaddResult", "RouterClient", "RouterError", "RouterWorker", "TempRouter", "WorkerLoad", "WorkerSpec",
-    "drain", "gate_settings", "isolated_gate", "pair_canary", "pair_target", "pairs_from_plan",
+    "cross_pairs", "drain", "gate_settings", "isolated_gate", "pair_canary", "pair_target", "pairs_from_plan",
     "pairs_from_plan_dict", "read_load", "readd", "remove_pair", "request_counts", "wait_idle",
 ]

@@ -75,3 +75,18 @@ def pair_canary(pair: Pair, model: str, deadline_s: float = 30.0, max_tokens: in
     if not isinstance(tokens, int) or tokens < 1:
         return CanaryResult(pair.host, False, status, latency, f"{target.name}: usage.completion_tokens={tokens!r}")
     return CanaryResult(pair.host, True, status, latency, completion_tokens=tokens)
+
+
+def cross_pairs(pairs: list[Pair]) -> list[Pair]:
+    """Every prefill of ``pairs`` with every decode of another pair: the pairings the router makes across
+    hosts, which a same-host canary never exercises (a decode holding stale state about a restarted prefill
+    hangs only these)."""
+    out = []
+    for a in pairs:
+        for b in pairs:
+            if a.host == b.host:
+                continue
+            for p in a.role("prefill"):
+                for d in b.role("decode"):
+                    out.append(Pair(f"{a.host}>{b.host}", (p, d)))
+    return out

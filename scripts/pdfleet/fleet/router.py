@@ -140,3 +140,30 @@ class RouterClient:
                               f"{str(data)[:200]}")
         self._wait(f"removal of {url}", lambda: self.find(url) is None, wait_s)
         return present.spec
+
+    def swap(self, remove_urls: list[str], add: list[WorkerSpec], wait_s: float = 30.0) -> dict[str, Any]:
+        """Replace workers in as few steps as 0.3.2 allows: every removal is queued at once and confirmed, then
+        every addition. The router lists the old and the new set never together; between the last removal
+        and the first addition it lists neither (``gap_s``, measured; new requests get a fast 503 there)."""
+        t0 = time.monotonic()
+        present = {w.spec.url: w for w in self.workers()}
+        for url in remove_urls:
+            if url in present:
+                status, data = self._call("DELETE", f"/workers/{present[url].id}")
+                if status not in (200, 202, 204, 404):
+                    raise RouterError(f"router {self.url}: DELETE {url} answered {status}: {str(data)[:200]}")
+        gone = set(remove_urls)
+        self._wait("removal of " + ", ".join(remove_urls),
+                   lambda: not ({w.spec.url for w in self.workers()} & gone), wait_s)
+        t_removed = time.monotonic()
+        for spec in add:
+            if self.find(spec.url) is None:
+                status, data = self._call("POST", "/workers", spec.body())
+                if status not in (200, 201, 202, 409):
+                    raise RouterError(f"router {self.url}: POST {spec.body()} answered {status}: {str(data)[:200]}")
+        want = {s.url for s in add}
+        self._wait("addition of " + ", ".join(sorted(want)),
+                   lambda: want <= {w.spec.url for w in self.workers()}, wait_s)
+        t_added = time.monotonic()
+        return {"removed": list(remove_urls), "added": sorted(want), "remove_s": round(t_removed - t0, 3),
+                "gap_s": round(t_added - t_removed, 3), "total_s": round(t_added - t0, 3)}

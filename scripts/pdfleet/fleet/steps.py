@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdfleet.errors import PdfleetError
-from pdfleet.fleet.canary import chat_body
+from pdfleet.fleet.canary import chat_body, cross_pairs, pair_canary
 from pdfleet.fleet.http import HTTPError, call
 from pdfleet.fleet.load import IdleResult, wait_idle
 from pdfleet.fleet.pairs import Pair
@@ -109,17 +109,30 @@ class ReaddResult:
 
 def readd(router: RouterClient, pair: Pair, specs: list[WorkerSpec] | None, model: str,
           confirm_timeout_s: float = 60.0, wait_s: float = 30.0, probe_deadline_s: float = 30.0,
-          probe_interval_s: float = 0.25) -> ReaddResult:
+          probe_interval_s: float = 0.25, others: list[Pair] | None = None) -> ReaddResult:
     """Add the pair's workers back (``specs`` as they were listed; the plan's when None) and confirm routing.
 
     Prefills go first, so the router never has this host's decode without a prefill to pair it with. Routing
     is confirmed when every member's own request counter moved: requests (client traffic or probes sent
-    here through the production router) reached it.
+    here through the production router) reached it. With ``others`` (the other pairs in the router), a real
+    request through every cross-host pairing of this pair with them must answer first, straight to the
+    workers, before anything is added: the router pairs across hosts, and a decode holding stale state about
+    this host's restarted prefill hangs only those (seen on the sim fleet).
     """
     t0 = time.monotonic()
     by_url = {s.url: s for s in specs or []}
     order = sorted(pair.members, key=lambda m: {"prefill": 0, "mono": 1, "decode": 2}.get(m.role, 3))
     before = request_counts(pair)
+    # before the router sees it: the cross-host pairings, straight to the workers (no router needed)
+    problems = []
+    for cross in cross_pairs([pair, *(others or [])]):
+        if pair.host in cross.host.split(">"):
+            c = pair_canary(cross, model, probe_deadline_s)
+            if not c.ok:
+                problems.append(f"cross pair {cross.host}: {c.problem} (HTTP {c.status}, {c.latency_s:.1f} s)")
+    if problems:
+        return ReaddResult(pair.host, [], False, before, before, 0, time.monotonic() - t0,
+                           ["not added: " + problems[0], *problems[1:]])
     added = []
     for m in order:
         _, changed = router.add(by_url.get(m.url, m.spec()), wait_s)

@@ -1,0 +1,95 @@
+#!/usr/bin/python
+"""Ansible module pdfleet_pair_gate: the verification protocol against one pair, in isolation (pdfleet.fleet)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: pdfleet_pair_gate
+short_description: Gate one pair through a temporary router that knows only it
+description:
+  - Thin wrapper over C(pdfleet.fleet.isolated_gate). Starts sglang-router on the control machine's loopback
+    with only this pair, runs pdfleet.verify's config gate, deep liveness, an abort cascade, recovery and the
+    journal scan (journald over SSH with the inventory's settings) against it, and stops the router.
+  - The production router is never touched. Fails unless the verdict is pass, naming each failing check and
+    its measured values. Never changes anything (changed=false); skipped in check mode (it aborts sessions).
+options:
+  pair: {description: "The pair: C(host) and C(members).", type: dict, required: true}
+  model: {description: The served model name the workers must report., type: str}
+  sglang_version: {description: The SGLang version the workers must report., type: str}
+  settings: {description: Overrides of gate_settings (verify Settings fields)., type: dict, default: {}}
+  inventory: {description: Inventory, to read the journals over SSH (none = no scan)., type: path}
+  report: {description: Write the protocol's JSON report here., type: path}
+"""
+
+EXAMPLES = r"""
+- name: Gate this host's pair before the production router sees it
+  pdfleet_pair_gate:
+    pair: "{{ pdfleet_rollout.actions[inventory_hostname].pair }}"
+    model: "{{ pdfleet_plan.model.served_name or pdfleet_plan.model.name }}"
+    sglang_version: "{{ pdfleet_plan.sglang.version }}"
+    inventory: "{{ ansible_inventory_sources[0] }}"
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+gate: {description: ok, verdict, failures (check, status, summary, measured), seconds., type: dict, returned: always}
+started: {description: Epoch when the gate began., type: float, returned: always}
+finished: {description: Epoch when it ended., type: float, returned: always}
+"""
+
+import io  # noqa: E402 - Ansible modules put their documentation first
+import json  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+try:
+    from pdfleet import fleet
+    from pdfleet.verify.logs import SSHJournalLogs
+except ImportError as exc:  # pragma: no cover
+    IMPORT_ERROR: ImportError | None = exc
+else:
+    IMPORT_ERROR = None
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "pair": {"type": "dict", "required": True},
+            "model": {"type": "str"},
+            "sglang_version": {"type": "str"},
+            "settings": {"type": "dict", "default": {}},
+            "inventory": {"type": "path"},
+            "report": {"type": "path"},
+        },
+        supports_check_mode=True,
+    )
+    if IMPORT_ERROR is not None:
+        module.fail_json(msg=f"the pdfleet package is not importable ({IMPORT_ERROR}): delegate to the control "
+                             "machine and run ansible-playbook from the project venv")
+    p = module.params
+    started = time.time()
+    if module.check_mode:
+        module.exit_json(changed=False, skipped=True, msg="check mode: the gate sends traffic, not run",
+                         started=started, finished=started)
+    pair = fleet.Pair.from_dict(p["pair"])
+    try:
+        settings = fleet.gate_settings(**p["settings"])
+    except TypeError as e:
+        module.fail_json(msg=f"{pair.host}: bad gate setting ({e}); see pdfleet verify --help for the names")
+    logs = SSHJournalLogs(Path(p["inventory"])) if p["inventory"] else None
+    out = io.StringIO()
+    res = fleet.isolated_gate(pair, settings, logs, model=p["model"], sglang_version=p["sglang_version"], out=out)
+    if p["report"]:
+        Path(p["report"]).parent.mkdir(parents=True, exist_ok=True)
+        Path(p["report"]).write_text(json.dumps(res.to_dict(), indent=2, sort_keys=True) + "\n")
+    gate = {k: v for k, v in res.to_dict().items() if k != "report"}
+    gate["progress"] = out.getvalue().splitlines()[-40:]
+    if not res.ok:
+        module.fail_json(msg=res.describe(), gate=gate, started=started, finished=time.time())
+    module.exit_json(changed=False, gate=gate, started=started, finished=time.time())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+#!/usr/bin/python
+"""Ansible module pdfleet_rollout_plan: the rollout plan from the hosts' records and the router (pdfleet.rollout)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: pdfleet_rollout_plan
+short_description: Plan a rollout from each host's sglang record and the router's worker list
+description:
+  - Thin wrapper over C(pdfleet.rollout.plan.build), the same code as C(pdfleet rollout plan). Read-only.
+options:
+  plan: {description: The plan document (pdfleet_plan)., type: dict, required: true}
+  records: {description: Host -> its parsed pdfleet-record.json (null when absent)., type: dict, required: true}
+  router_url: {description: The router's base URL., type: str, required: true}
+  api_key: {description: The router's API key, if any., type: str, no_log: true}
+  serial: {description: Batch sizes (Ansible serial semantics)., type: list, elements: raw, default: [1, 1]}
+  min_pairs: {description: Pairs that must keep serving., type: int, default: 1}
+"""
+
+EXAMPLES = r"""
+- name: Plan the rollout
+  pdfleet_rollout_plan:
+    plan: "{{ pdfleet_plan }}"
+    records: "{{ records }}"
+    router_url: "{{ pdfleet_plan.router_url }}"
+"""
+
+RETURN = r"""
+rollout: {description: strategy, order, batches, halves, actions, steps, refusal., type: dict, returned: always}
+table: {description: The plan for people., type: list, returned: always}
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - Ansible modules put their documentation first
+
+try:
+    from pdfleet.fleet.router import RouterClient, RouterError
+    from pdfleet.rollout import plan as rollout_plan
+    from pdfleet.rollout.state import host_states
+except ImportError as exc:  # pragma: no cover
+    IMPORT_ERROR: ImportError | None = exc
+else:
+    IMPORT_ERROR = None
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "plan": {"type": "dict", "required": True},
+            "records": {"type": "dict", "required": True},
+            "router_url": {"type": "str", "required": True},
+            "api_key": {"type": "str", "no_log": True},
+            "serial": {"type": "list", "elements": "raw", "default": [1, 1]},
+            "min_pairs": {"type": "int", "default": 1},
+        },
+        supports_check_mode=True,
+    )
+    if IMPORT_ERROR is not None:
+        module.fail_json(msg=f"the pdfleet package is not importable ({IMPORT_ERROR})")
+    p = module.params
+    try:
+        listed = RouterClient(p["router_url"], p["api_key"]).workers()
+    except RouterError as e:
+        module.fail_json(msg=f"rollout plan: {e}")
+    try:
+        plan = rollout_plan.build(host_states(p["plan"], p["records"], listed), p["serial"], p["min_pairs"])
+    except rollout_plan.RolloutPlanError as e:
+        module.fail_json(msg=str(e))
+    module.exit_json(changed=False, rollout=plan.to_dict(), table=rollout_plan.table(plan).splitlines())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+#!/usr/bin/python
+"""Ansible module pdfleet_rollout_report: write the rollout's JSON report (pdfleet.rollout.report)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: pdfleet_rollout_report
+short_description: Write the rollout report (timeline and seconds per host, outcome, table)
+description:
+  - Writes C(pdfleet.rollout.report.build)'s JSON to O(path) on the control machine. A local artefact of the
+    run, so it reports changed=false; in check mode nothing is written.
+options:
+  path: {description: Where to write the report., type: path, required: true}
+  rollout: {description: The rollout plan (pdfleet_rollout_plan's result)., type: dict, required: true}
+  timelines: {description: Host -> its timeline marks (epochs)., type: dict, default: {}}
+  outcome: {description: ok, and on failure host, step, message., type: dict, required: true}
+  started: {description: Epoch the rollout began., type: float, required: true}
+  swap: {description: The split-fleet swap's measurements., type: dict}
+  one_pair: {description: The cluster has one pair (report the window without service)., type: bool, default: false}
+  bench: {description: The benchmark check after the last host (against the baseline before the first)., type: dict}
+"""
+
+EXAMPLES = r"""
+- name: Write the report
+  pdfleet_rollout_report:
+    path: reports/rollout.json
+    rollout: "{{ pdfleet_rollout }}"
+    outcome: {ok: true}
+    started: "{{ pdfleet_rollout_started }}"
+"""
+
+RETURN = r"""
+table: {description: The per-host table., type: list, returned: always}
+path: {description: The report's path., type: str, returned: always}
+"""
+
+import time  # noqa: E402 - Ansible modules put their documentation first
+from pathlib import Path  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+try:
+    from pdfleet.rollout import report
+except ImportError as exc:  # pragma: no cover
+    IMPORT_ERROR: ImportError | None = exc
+else:
+    IMPORT_ERROR = None
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "required": True},
+            "rollout": {"type": "dict", "required": True},
+            "timelines": {"type": "dict", "default": {}},
+            "outcome": {"type": "dict", "required": True},
+            "started": {"type": "float", "required": True},
+            "swap": {"type": "dict"},
+            "one_pair": {"type": "bool", "default": False},
+            "bench": {"type": "dict"},
+        },
+        supports_check_mode=True,
+    )
+    if IMPORT_ERROR is not None:
+        module.fail_json(msg=f"the pdfleet package is not importable ({IMPORT_ERROR})")
+    p = module.params
+    data = report.build(p["rollout"], p["timelines"], p["outcome"], p["started"], time.time(), p["swap"],
+                        p["one_pair"], p["bench"])
+    if not module.check_mode:
+        report.write(Path(p["path"]), data)
+    module.exit_json(changed=False, table=data["table"], path=p["path"], total_s=data["total_s"],
+                     sum_gates_s=data["sum_gates_s"])
+
+
+if __name__ == "__main__":
+    main()

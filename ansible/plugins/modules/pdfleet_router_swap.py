@@ -1,0 +1,91 @@
+#!/usr/bin/python
+"""Ansible module pdfleet_router_swap: the split-fleet swap of router membership (pdfleet.fleet)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: pdfleet_router_swap
+short_description: Swap router membership from the old half of a fleet to the new half
+description:
+  - Removes every worker of O(remove) (all queued at once, confirmed), then adds every worker of O(add)
+    (C(pdfleet.fleet.RouterClient.swap)). The router never lists workers of both halves, so it can never
+    pair a prefill and a decode of two SGLang versions; between the two it lists none (returned as
+    C(gap_s); new requests there get a fast 503). Then confirms that the router routes to the new half.
+  - Idempotent (nothing to remove and everything present = changed=false); check mode reports only.
+options:
+  router_url: {description: The router's base URL., type: str, required: true}
+  api_key: {description: The router's API key, if any., type: str, no_log: true}
+  remove: {description: Pairs to take out (host, members)., type: list, elements: dict, required: true}
+  add: {description: Pairs to put in., type: list, elements: dict, required: true}
+  model: {description: Model name for the routing probes., type: str, default: default}
+  confirm_timeout: {description: Seconds to confirm routing to each added pair., type: float, default: 60}
+"""
+
+EXAMPLES = r"""
+- name: Swap the router from the old half to the new half
+  pdfleet_router_swap:
+    router_url: "{{ pdfleet_plan.router_url }}"
+    remove: "{{ old_pairs }}"
+    add: "{{ new_pairs }}"
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+swap: {description: removed, added, remove_s, gap_s, total_s., type: dict, returned: changed}
+confirmed: {description: Each added pair's routing confirmation., type: list, returned: changed}
+"""
+
+import time  # noqa: E402 - Ansible modules put their documentation first
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+try:
+    from pdfleet import fleet
+except ImportError as exc:  # pragma: no cover
+    IMPORT_ERROR: ImportError | None = exc
+else:
+    IMPORT_ERROR = None
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "router_url": {"type": "str", "required": True},
+            "api_key": {"type": "str", "no_log": True},
+            "remove": {"type": "list", "elements": "dict", "required": True},
+            "add": {"type": "list", "elements": "dict", "required": True},
+            "model": {"type": "str", "default": "default"},
+            "confirm_timeout": {"type": "float", "default": 60.0},
+        },
+        supports_check_mode=True,
+    )
+    if IMPORT_ERROR is not None:
+        module.fail_json(msg=f"the pdfleet package is not importable ({IMPORT_ERROR})")
+    p = module.params
+    started = time.time()
+    router = fleet.RouterClient(p["router_url"], p["api_key"])
+    old = [fleet.Pair.from_dict(d) for d in p["remove"]]
+    new = [fleet.Pair.from_dict(d) for d in p["add"]]
+    try:
+        listed = {w.spec.url for w in router.workers()}
+        remove_urls = [u for pr in old for u in pr.urls if u in listed]
+        add_specs = [m.spec() for pr in new for m in pr.members if m.url not in listed]
+        if not remove_urls and not add_specs:
+            module.exit_json(changed=False, started=started, finished=time.time())
+        if module.check_mode:
+            module.exit_json(changed=True, would_remove=remove_urls, would_add=[s.url for s in add_specs])
+        swap = router.swap(remove_urls, add_specs)
+        confirmed = [fleet.readd(router, pr, None, p["model"], p["confirm_timeout"]) for pr in new]
+    except fleet.RouterError as e:
+        module.fail_json(msg=f"swap: {e}")
+    result = {"changed": True, "swap": swap, "confirmed": [c.to_dict() for c in confirmed], "started": started,
+              "finished": time.time()}
+    bad = [p for c in confirmed for p in c.problems]
+    if bad:
+        module.fail_json(msg="swap: the router lists the new half but does not route to it: " + "; ".join(bad),
+                         **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

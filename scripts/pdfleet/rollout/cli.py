@@ -1,0 +1,93 @@
+"""``pdfleet rollout plan -i INV`` (what rollout.yml will do, before anything changes) and
+``pdfleet rollout status -i INV`` (each host's version, patch, router membership and whether it serves).
+
+Both only read: the records over SSH, the router's ``GET /workers``, and (status) one real request through
+each pair. Exit codes: 0 ok (plan: it may go ahead; status: every host at the target, in the router and
+serving), 1 refused / a host is not, 2 could not read the fleet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from pdfleet.errors import PdfleetError
+from pdfleet.fleet.canary import pair_canary
+from pdfleet.paths import DEFAULT_INVENTORY
+from pdfleet.rollout import plan as rollout_plan
+from pdfleet.rollout.collect import collect
+from pdfleet.table import format_table
+
+
+class FleetUnreadable(PdfleetError):
+    exit_code = 2
+
+
+def _serial(text: str) -> list[int | str]:
+    out: list[int | str] = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item or not (item.rstrip("%").isdigit()):
+            raise argparse.ArgumentTypeError(f"serial entries are counts or percentages (1,1 or 1,50%): {text!r}")
+        out.append(item if item.endswith("%") else int(item))
+    return out
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("rollout", help="rolling rollout: plan (before), status (any time)")
+    sub = p.add_subparsers(dest="rollout_command", required=True)
+    for name, func, text in (("plan", cmd_plan, "what rollout.yml will do, before anything changes"),
+                             ("status", cmd_status, "each host's version, patch, router membership, serving")):
+        q = sub.add_parser(name, help=text)
+        q.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY, help="inventory (default: sim)")
+        q.add_argument("--json", action="store_true", help="print JSON")
+        q.add_argument("--api-key-env", default="PDFLEET_ROUTER_API_KEY",
+                       help="environment variable holding the router's API key, if it has one")
+        if name == "plan":
+            q.add_argument("--serial", type=_serial, default=list(rollout_plan.DEFAULT_SERIAL),
+                           help="batch sizes, as rollout.yml's pdfleet_rollout_serial (default 1,1)")
+            q.add_argument("--min-pairs", type=int, default=1, help="pairs that must keep serving (default 1)")
+        q.set_defaults(func=func)
+
+
+def _collect(args: argparse.Namespace) -> tuple[dict, list, str]:
+    plan, states, router_error = collect(args.inventory, os.environ.get(args.api_key_env) or None)
+    unreadable = [s.record_error for s in states if s.record_error]
+    if router_error or unreadable:
+        raise FleetUnreadable("; ".join([router_error, *unreadable]).strip("; "))
+    return plan, states, router_error
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    _, states, _ = _collect(args)
+    plan = rollout_plan.build(states, args.serial, args.min_pairs)
+    print(json.dumps(plan.to_dict(), indent=2, sort_keys=True) if args.json else rollout_plan.table(plan))
+    return 1 if plan.refusal else 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    plan, states, _ = _collect(args)
+    model = str(plan["model"].get("served_name") or plan["model"]["name"])
+    rows, out, ok = [], [], True
+    for s in states:
+        serving = None
+        if s.pair is not None:
+            c = pair_canary(s.pair, model, deadline_s=30)
+            serving = c.ok and s.membership == "in"
+            canary = c.to_dict()
+        else:
+            canary = None
+        inst = s.installed
+        good = s.at_target and (s.pair is None or bool(serving))
+        ok &= good
+        rows.append([s.host, inst.version if inst else "-", (inst.patch_id if inst.patched else "pristine")
+                     if inst else "-", s.membership, "-" if serving is None else "yes" if serving else "NO",
+                     "; ".join(s.diffs) or "at target"])
+        out.append({**s.to_dict(), "serving": serving, "canary": canary})
+    if args.json:
+        print(json.dumps({"ok": ok, "hosts": out}, indent=2, sort_keys=True))
+    else:
+        print(format_table(["host", "version", "patch", "router", "serving", "target"], rows))
+    return 0 if ok else 1

@@ -1,0 +1,94 @@
+"""A bounded client load for rollout tests: ~``rate`` chat completions per second through the router, mixed
+streaming and non-streaming, each with a deadline, until stopped. Every request ends as ``ok``, ``failed``
+(an HTTP error or no connection: with its status and how fast it came) or ``cut`` (a stream that began and
+ended without ``[DONE]``, or a request past its deadline)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Outcome:
+    kind: str  # ok | failed | cut
+    stream: bool
+    started: float  # epoch
+    seconds: float
+    status: int = 0
+    detail: str = ""
+
+
+@dataclass
+class Load:
+    url: str  # the router's base URL
+    model: str
+    rate: float = 4.0
+    deadline_s: float = 60.0
+    max_tokens: int = 24
+    outcomes: list[Outcome] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _one(self, i: int) -> None:
+        stream = i % 2 == 0
+        body = json.dumps({"model": self.model, "stream": stream, "max_tokens": self.max_tokens,
+                           "messages": [{"role": "user", "content": f"load request {i}: what is PCIe?"}]}).encode()
+        req = urllib.request.Request(self.url + "/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        t0, epoch = time.monotonic(), time.time()
+        out = Outcome("ok", stream, epoch, 0.0)
+        try:
+            with urllib.request.urlopen(req, timeout=self.deadline_s) as resp:
+                data = resp.read().decode(errors="replace")
+                out.status = resp.status
+            if stream and not data.rstrip().endswith("data: [DONE]"):
+                out.kind, out.detail = "cut", data[-200:]
+            elif not stream and "completion_tokens" not in data:
+                out.kind, out.detail = "failed", data[:200]
+        except urllib.error.HTTPError as e:
+            out.kind, out.status, out.detail = "failed", e.code, e.read().decode(errors="replace")[:200]
+        except TimeoutError as e:
+            out.kind, out.detail = "cut", f"deadline: {e}"
+        except (urllib.error.URLError, OSError) as e:
+            out.kind, out.detail = ("cut" if "timed out" in str(e) else "failed"), str(e)
+        out.seconds = time.monotonic() - t0
+        with self._lock:
+            self.outcomes.append(out)
+
+    def _run(self) -> None:
+        i = 0
+        t0 = time.monotonic()
+        while not self._stop.is_set():
+            t = threading.Thread(target=self._one, args=(i,), daemon=True)
+            t.start()
+            self._threads.append(t)
+            i += 1
+            self._stop.wait(max(0.0, t0 + i / self.rate - time.monotonic()))
+
+    def __enter__(self) -> Load:
+        self._runner = threading.Thread(target=self._run, daemon=True)
+        self._runner.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._runner.join()
+        for t in self._threads:
+            t.join(self.deadline_s + 5)
+
+    def summary(self) -> dict[str, Any]:
+        kinds = {k: sum(o.kind == k for o in self.outcomes) for k in ("ok", "failed", "cut")}
+        failed = [o for o in self.outcomes if o.kind == "failed"]
+        return {"sent": len(self.outcomes), **kinds,
+                "failed_max_s": round(max((o.seconds for o in failed), default=0.0), 3),
+                "failed_statuses": sorted({o.status for o in failed}),
+                "failed_window": [round(min(o.started for o in failed), 3),
+                                  round(max(o.started + o.seconds for o in failed), 3)] if failed else None,
+                "examples": [o.detail for o in self.outcomes if o.kind != "ok"][:3]}

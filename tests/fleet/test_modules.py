@@ -1,0 +1,84 @@
+"""The pdfleet_router_member module (ansible-playbook, delegated to this machine) against the real router and
+simulated workers on loopback: check mode changes nothing, absent/present are idempotent, present confirms
+routing; pdfleet_fleet_gate allows a one-pair cluster to go to zero and refuses min_pairs it cannot keep."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pdfleet import fleet
+from pdfleet.paths import REPO_ROOT
+from pdfleet.simworker.launch import LocalPD
+
+pytestmark = pytest.mark.slow
+
+
+def _module(name: str, args: dict[str, Any], tmp: Path, check: bool = False) -> dict[str, Any]:
+    play = [{"hosts": "localhost", "connection": "local", "gather_facts": False,
+             "tasks": [{"name": "run", name: args, "register": "out", "ignore_errors": True},
+                       {"name": "dump", "ansible.builtin.copy": {"content": "{{ out | to_json }}",
+                                                                 "dest": str(tmp / "out.json")},
+                        "check_mode": False}]}]
+    (tmp / "play.yml").write_text(json.dumps(play))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(tmp / "play.yml"),
+           "-e", f"ansible_python_interpreter={sys.executable}"]
+    proc = subprocess.run([*cmd, *(["--check"] if check else [])], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert (tmp / "out.json").is_file(), proc.stdout[-3000:] + proc.stderr[-2000:]
+    return json.loads((tmp / "out.json").read_text())
+
+
+def _pair(pd: LocalPD) -> dict[str, Any]:
+    return fleet.Pair("local", (
+        fleet.Member("prefill", "prefill", pd.prefill_url, "", "127.0.0.1", pd.bootstrap_port),
+        fleet.Member("decode", "decode", pd.decode_url, "", "127.0.0.1"))).to_dict()
+
+
+def test_router_member_check_mode_and_idempotence(local_pd: LocalPD, tmp_path: Path) -> None:
+    pd = local_pd
+    router = fleet.RouterClient(pd.router_url)
+    base = {"router_url": pd.router_url, "pair": _pair(pd), "drain_timeout": 30, "model": pd.model}
+    ids = sorted(w.id for w in router.workers())
+
+    out = _module("pdfleet_router_member", {**base, "state": "absent"}, tmp_path, check=True)
+    assert out["changed"] is True and sorted(w.id for w in router.workers()) == ids  # check mode: untouched
+
+    out = _module("pdfleet_router_member", {**base, "state": "absent"}, tmp_path)
+    assert out["changed"] is True and out["drain"]["idle"] is True and router.workers() == []
+    specs = out["removed"]
+    assert {s["url"] for s in specs} == {pd.prefill_url, pd.decode_url}
+    assert _module("pdfleet_router_member", {**base, "state": "absent"}, tmp_path)["changed"] is False
+
+    out = _module("pdfleet_fleet_gate", {"router_url": pd.router_url, "host": "local", "model": pd.model,
+                                         "plan": {"hosts": {}}, "min_pairs": 1}, tmp_path)
+    assert out.get("failed") is not True and out["effective_min_pairs"] == 0  # a one-pair cluster may go to 0
+
+    out = _module("pdfleet_router_member", {**base, "state": "present", "specs": specs}, tmp_path)
+    assert out["changed"] is True and out["readd"]["confirmed"] is True, out
+    assert len(router.workers()) == 2
+    out = _module("pdfleet_router_member", {**base, "state": "present", "specs": specs}, tmp_path)
+    assert out["changed"] is False and out["membership_before"] == "in"
+
+
+def test_fleet_gate_refuses_when_too_few_pairs_serve(local_pd: LocalPD, tmp_path: Path) -> None:
+    pd = local_pd
+    pair = _pair(pd)
+    plan = {"hosts": {"local": [{"name": m["name"], "kind": "worker", "role": m["role"], "url": m["url"],
+                                 "host": "local", "address": "127.0.0.1",
+                                 "ports": {"bootstrap_port": m["bootstrap_port"]} if m["bootstrap_port"] else {}}
+                                for m in pair["members"]],
+                      "other": [{"name": "gone", "kind": "worker", "role": "mono", "url": "http://127.0.0.1:9",
+                                 "host": "other", "address": "127.0.0.1", "ports": {}}]}}
+    out = _module("pdfleet_fleet_gate", {"router_url": pd.router_url, "host": "other", "model": pd.model,
+                                         "plan": plan, "min_pairs": 1}, tmp_path)
+    assert out.get("failed") is not True and out["serving"] == ["local"], out  # the pair answered through itself
+    out = _module("pdfleet_fleet_gate", {"router_url": pd.router_url, "host": "local", "model": pd.model,
+                                         "plan": plan, "min_pairs": 1}, tmp_path)
+    assert out["failed"] is True and "only 0 other pair(s) serve" in out["msg"], out

@@ -1,0 +1,97 @@
+"""The rollout plan (pdfleet.rollout.plan): which hosts, from -> to, strategy, batches, serving pairs, refusals,
+resume order; and the report's seconds per step."""
+
+from __future__ import annotations
+
+import pytest
+from pdfleet import fleet
+from pdfleet.rollout import plan as rp
+from pdfleet.rollout import report
+from pdfleet.rollout.state import HostState, expected
+
+PRISTINE = expected("0.5.15.post1", False)
+PATCHED = expected("0.5.15.post1", True)
+NEW = expected("0.5.23", True)
+
+
+def _pair(host: str) -> fleet.Pair:
+    return fleet.Pair(host, (fleet.Member(f"pdfleet-prefill-{host}", "prefill", f"http://{host}:30000", host, host,
+                                          8998),
+                             fleet.Member(f"pdfleet-decode-{host}", "decode", f"http://{host}:30001", host, host)))
+
+
+def _fleet(have: list, target=PATCHED, membership: list[str] | None = None) -> list[HostState]:
+    membership = membership or ["in"] * len(have)
+    return [HostState(f"node{i + 1}", h, target, _pair(f"node{i + 1}"), m)
+            for i, (h, m) in enumerate(zip(have, membership, strict=True))]
+
+
+def test_patch_rollout_is_host_by_host_canary_first() -> None:
+    plan = rp.build(_fleet([PRISTINE] * 3))
+    assert plan.strategy == "host-by-host" and plan.batches == [["node1"], ["node2"], ["node3"]]
+    assert [s["serving_pairs_while_out"] for s in plan.steps] == [2, 2, 2] and not plan.refusal
+    assert plan.to_dict()["actions"]["node1"]["previous_vars"] == {
+        "sglang_version": "0.5.15.post1", "sglang_patch_id": "nixl-abort-v1", "sglang_apply_patch": False}
+
+
+def test_nothing_to_do() -> None:
+    plan = rp.build(_fleet([PATCHED] * 3))
+    assert plan.strategy == "none" and plan.hosts == [] and plan.to_dict()["nothing_to_do"]
+    assert "nothing to do" in rp.table(plan)
+
+
+def test_resume_puts_the_drained_host_first_and_only_readds_it_when_at_target() -> None:
+    plan = rp.build(_fleet([PATCHED, PRISTINE, PATCHED], membership=["in", "in", "out"]))
+    assert plan.hosts == ["node3", "node2"]
+    assert plan.to_dict()["actions"]["node3"]["action"] == "readd"
+    assert plan.to_dict()["actions"]["node1"]["action"] == "skip"
+
+
+def test_one_pair_cluster_may_go_to_zero() -> None:
+    plan = rp.build(_fleet([PRISTINE]))
+    assert plan.effective_min_pairs == 0 and not plan.refusal and plan.steps[0]["serving_pairs_while_out"] == 0
+
+
+def test_refuses_when_too_few_pairs_would_serve() -> None:
+    plan = rp.build(_fleet([PRISTINE] * 3), serial=[2], min_pairs=2)
+    assert "would leave 1 serving pair(s), fewer than min_pairs=2" in plan.refusal
+    plan = rp.build(_fleet([PRISTINE] * 3, membership=["in", "out", "partial"]), min_pairs=1)
+    assert plan.hosts[:2] == ["node2", "node3"]
+    assert "batch 1 (node2) would leave 1" not in plan.refusal  # node1 keeps serving
+
+
+def test_version_change_is_a_split_swap() -> None:
+    plan = rp.build(_fleet([PATCHED] * 3, target=NEW))
+    assert plan.strategy == "split-swap"
+    assert plan.first_half == ["node1", "node2"] and plan.second_half == ["node3"]
+    assert plan.batches == [["node1"], ["node2"], ["node3"]]
+    swap = next(s for s in plan.steps if s["step"] == "swap")
+    assert swap["hosts_in"] == ["node1", "node2"] and swap["hosts_out"] == ["node3"]
+    assert {a.host: a.readd for a in plan.actions} == {"node1": "swap", "node2": "swap", "node3": "now"}
+
+
+def test_version_change_on_one_pair_is_host_by_host() -> None:
+    assert rp.build(_fleet([PATCHED], target=NEW)).strategy == "host-by-host"
+
+
+@pytest.mark.parametrize(("serial", "total", "sizes"), [([1, 1], 3, [1, 1, 1]), ([1, "50%"], 5, [1, 2, 2]),
+                                                        (["100%"], 3, [3]), ([1, 5], 3, [1, 2])])
+def test_batch_sizes_follow_ansible_serial(serial: list, total: int, sizes: list[int]) -> None:
+    assert rp.batch_sizes(serial, total) == sizes
+
+
+def test_differences_name_what_changes() -> None:
+    h = HostState("n", PRISTINE, PATCHED, None)
+    assert "patch off -> on" in h.diffs and any("sha256" in d for d in h.diffs)
+    assert HostState("n", None, PATCHED, None).diffs == ["no record (the sglang role never completed here)"]
+
+
+def test_report_seconds_and_table() -> None:
+    tl = {"begin": 100.0, "removed_begin": 101.0, "removed": 101.5, "idle": 104.0, "stopped": 105.0,
+          "applied": 110.0, "started": 115.0, "gated": 135.0, "readded": 136.0, "end": 136.0}
+    s = report.seconds(tl)
+    assert s["drained"] == 1.5 and s["idle"] == 2.5 and s["gated"] == 20.0 and s["out_of_router"] == 35.0
+    data = report.build({"order": ["node1"], "strategy": "host-by-host"}, {"node1": tl}, {"ok": True}, 90.0, 140.0,
+                        one_pair=True)
+    assert data["sum_gates_s"] == 20.0 and data["ratio_total_to_gates"] == 2.5
+    assert data["window_without_service_s"] == {"node1": 35.0} and "node1" in "\n".join(data["table"])

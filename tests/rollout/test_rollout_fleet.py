@@ -1,0 +1,123 @@
+"""rollout.yml on the simulated fleet (inventory/sim-fleet: three pd-4p4d hosts behind one router), staged
+pristine with site.yml --skip-tags verify, under steady client load. In order (each test starts where the last
+left the fleet): the pristine -> patched rollout host by host (0 failed, 0 cut, every host patched, the
+fleet's verification passes, a second run changes nothing); a bad target (the unpatched stack, which wedges
+under the gate's abort cascade) stopped at the canary and rolled back; the 0.5.15.post1 -> 0.5.23 split-fleet
+swap with the router never listing two versions; a kill right after the first drain, then a rerun."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from fleet.loadgen import Load
+from pdfleet.paths import REPO_ROOT
+from simcluster import BIN, ScratchCluster
+
+from .conftest import ROLLOUT, rollout
+from .helpers import ListingWatch, get_json
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.long]
+
+HOSTS = ("node1", "node2", "node3")
+
+
+def _pdfleet(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "pdfleet"), *args], capture_output=True, text=True, timeout=600, check=False)
+
+
+def _listed(c: ScratchCluster) -> list[dict]:
+    return get_json(c.router_url + "/workers")["workers"]
+
+
+def test_patch_rollout_under_load(sim_fleet: ScratchCluster) -> None:
+    c = sim_fleet
+    c.set_model("sglang", apply_patch=True)
+    with ListingWatch(c.router_url) as watch, Load(c.router_url, c.model) as load:
+        run = rollout(c)
+    s = load.summary()
+    r = run.report
+    print(f"fleet patch rollout: {run.seconds:.0f} s; load {s}; total {r and r['total_s']} s, gates "
+          f"{r and r['sum_gates_s']} s, ratio {r and r['ratio_total_to_gates']}\n" + "\n".join(r["table"] if r else []))
+    assert run.rc == 0, run.stdout[-6000:]
+    assert s["failed"] == 0 and s["cut"] == 0 and s["ok"] > 0, s
+    assert all(len(snap["urls"]) >= 4 for snap in watch.snapshots), "more than one pair was out at once"
+    status = _pdfleet("rollout", "status", "-i", str(c.inventory))
+    assert status.returncode == 0, status.stdout + status.stderr
+    verify = _pdfleet("verify", "-i", str(c.inventory), "--cycles", "1", "--skip", "bench",
+                      "--report", str(c.reports_dir / "after-patch-verify.json"))
+    assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-3000:]
+
+    ids = sorted(w["id"] for w in _listed(c))
+    again = rollout(c)
+    assert again.rc == 0 and all(v["changed"] == 0 for v in again.recap().values()), again.stdout[-3000:]
+    assert sorted(w["id"] for w in _listed(c)) == ids
+
+
+def test_bad_target_stops_at_the_canary_and_rolls_back(sim_fleet: ScratchCluster) -> None:
+    c = sim_fleet
+    c.set_model("sglang", apply_patch=False)  # the unpatched stack wedges under the gate's abort cascade
+    try:
+        with Load(c.router_url, c.model) as load:
+            run = rollout(c)
+        s = load.summary()
+        print(f"bad target: {run.seconds:.0f} s; load {s}")
+        assert run.rc != 0 and run.report, run.stdout[-5000:]
+        canary, *later = run.report["order"]
+        msg = run.stdout
+        assert f"{canary}: step gate failed" in msg and "rolled back to 0.5.15.post1+nixl-abort-v1" in msg, msg[-5000:]
+        assert "ROLLBACK FAILED" not in msg
+        assert s["failed"] == 0 and s["cut"] == 0, s
+        assert run.report["outcome"]["failure"]["host"] == canary
+        assert all(not run.report["hosts"][h]["timeline"] for h in later)  # later hosts untouched
+        assert len(_listed(c)) == 6
+    finally:
+        c.set_model("sglang", apply_patch=True)
+    status = _pdfleet("rollout", "status", "-i", str(c.inventory))
+    assert status.returncode == 0, status.stdout  # node1 is back at its previous record, in and serving
+
+
+def test_version_swap_never_lists_two_versions(sim_fleet: ScratchCluster) -> None:
+    c = sim_fleet
+    c.set_model("sglang", version="0.5.23", patch="nixl-guard-v1")
+    plan = _pdfleet("rollout", "plan", "-i", str(c.inventory))
+    assert "split-swap" in plan.stdout, plan.stdout
+    with ListingWatch(c.router_url) as watch, Load(c.router_url, c.model) as load:
+        run = rollout(c)
+    s = load.summary()
+    print(f"version swap: {run.seconds:.0f} s; load {s}; swap {run.report and run.report['swap']}; "
+          f"{len(watch.snapshots)} listings")
+    assert run.rc == 0, run.stdout[-6000:]
+    assert watch.snapshots and not watch.mixed(), watch.mixed()[:3]
+    assert {v for snap in watch.snapshots[-1:] for v in snap["versions"].values()} == {"0.5.23"}
+    assert s["cut"] == 0, s
+    if s["failed"]:  # only the swap's gap (the router lists nobody): fast 503s
+        assert s["failed_max_s"] < 5 and set(s["failed_statuses"]) <= {503}, s
+
+
+def test_kill_after_first_drain_then_rerun(sim_fleet: ScratchCluster) -> None:
+    c = sim_fleet
+    c.set_model("sglang", version="0.5.15.post1", patch="nixl-abort-v1")
+    proc = subprocess.Popen([str(BIN / "ansible-playbook"), "-i", str(c.inventory), str(ROLLOUT),
+                             "-e", f"pdfleet_rollout_reports_dir={c.reports_dir / 'killed'}"], cwd=REPO_ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while len(_listed(c)) == 6 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert len(_listed(c)) < 6, "the first host was never drained"
+        time.sleep(1.0)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    assert len(_listed(c)) == 4  # at most one batch out
+    run = rollout(c)
+    assert run.rc == 0, run.stdout[-6000:]
+    assert len(_listed(c)) == 6
+    status = _pdfleet("rollout", "status", "-i", str(c.inventory))
+    assert status.returncode == 0, status.stdout
+    again = rollout(c)
+    assert again.rc == 0 and all(v["changed"] == 0 for v in again.recap().values()), again.stdout[-3000:]
