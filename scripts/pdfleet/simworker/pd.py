@@ -389,9 +389,10 @@ class DecodeLink:
         """SGLang's ``_handle_node_failure``: drop the prefill's cached target and socket, fail its rooms."""
         target = self._targets.pop(addr, None)
         if target is not None:
-            sock = self._push.pop(target.endpoint, None)
-            if sock is not None:
-                sock.close(0)
+            for endpoint in target.endpoints:  # every rank socket of that prefill
+                sock = self._push.pop(endpoint, None)
+                if sock is not None:
+                    sock.close(0)
         reason = lost_connection_reason(addr)
         affected = self._node_failures.fail_addr(addr, reason)
         for room in affected:
