@@ -50,3 +50,20 @@ def local_pd(sim_python: str, router_spec: RouterSpec, tmp_path: Path) -> Iterat
     args = ["--prometheus-port", str(free_port()), "--prometheus-host", "127.0.0.1"]
     with LocalPD([sim_python], tmp_path / "pd", light_env(), router_spec, router_args=args) as pd:
         yield pd
+
+
+@pytest.fixture
+def real_pd(router_spec: RouterSpec, tmp_path: Path) -> Iterator[LocalPD]:
+    """A pair running SGLang 0.5.15.post1's real NIXL bootstrap code, patched (the CPU runtime, built once when
+    missing), logging at debug: the isolated gate's logs check needs the prefill's handled ABORTs, which SGLang
+    prints at debug only and the light stand-in never produces."""
+    from pdfleet.runtime import ensure_runtime
+
+    version = "0.5.15.post1"
+    rt = ensure_runtime([version])
+    env = {**rt.env(version), "PDFLEET_SIM_CONN_FILE": str(rt.conn_file(version, True)),
+           "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"}
+    args = ["--prometheus-port", str(free_port()), "--prometheus-host", "127.0.0.1"]
+    with LocalPD([str(rt.python)], tmp_path / "pd", env, router_spec, router_args=args,
+                 worker_args=["--log-level", "debug", "--log-level-http", "info"]) as pd:
+        yield pd

@@ -75,8 +75,8 @@ def test_drain_lets_the_stream_finish_then_readd(local_pd: LocalPD) -> None:
     assert fleet.pair_canary(pair, pd.model).ok
 
 
-def test_gate_passes_a_healthy_pair_without_the_production_router(local_pd: LocalPD) -> None:
-    pd = local_pd
+def test_gate_passes_a_healthy_pair_without_the_production_router(real_pd: LocalPD) -> None:
+    pd = real_pd
     router = fleet.RouterClient(pd.router_url)
     fleet.remove_pair(router, _pair(pd))
     logs = FileLogs({"prefill": pd.log_dir / "prefill.log", "decode": pd.log_dir / "decode.log"})
