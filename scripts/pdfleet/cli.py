@@ -20,6 +20,7 @@ from pdfleet.render import render_plan
 from pdfleet.sim import cli as sim_cli
 from pdfleet.table import format_table
 from pdfleet.verify import cli as verify_cli
+from pdfleet.watchdog import cli as watchdog_cli
 
 
 def _inventory_arg(p: argparse.ArgumentParser) -> None:
@@ -69,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_render)
 
     for register in (patchcli.register, patchstatus.register, sim_cli.register, verify_cli.register,
-                     conformance.register):
+                     conformance.register, watchdog_cli.register):
         register(sub)
     return parser
 
