@@ -14,6 +14,7 @@ from pathlib import Path
 from pdfleet import conformance, patchcli, patchstatus
 from pdfleet.cluster import plan_inventory
 from pdfleet.errors import PdfleetError
+from pdfleet.ops import cli as ops_cli
 from pdfleet.paths import DEFAULT_INVENTORY
 from pdfleet.planner import Plan
 from pdfleet.render import render_plan
@@ -70,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_render)
 
     for register in (patchcli.register, patchstatus.register, sim_cli.register, verify_cli.register,
-                     conformance.register, watchdog_cli.register):
+                     conformance.register, watchdog_cli.register, ops_cli.register):
         register(sub)
     return parser
 
