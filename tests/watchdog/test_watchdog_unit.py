@@ -344,3 +344,25 @@ def test_status_command_reads_the_state_file(tmp_path: Path, capsys: pytest.Capt
     assert main(["watchdog", "status", "--state-file", str(state_file)]) == 0
     assert main(["watchdog", "status", "--state-file", str(tmp_path / "none.json")]) == 2
     assert "no watchdog state file" in capsys.readouterr().err
+
+
+def test_a_pair_whose_remediation_ends_mid_round_is_not_acted_on_again() -> None:
+    now = [0.0]
+    cluster = FakeCluster(wedged={"a"})
+    pairs = {"a": _pair("a"), "b": _pair("b")}
+    actions = FakeActions({u for p in pairs.values() for u in p.urls})
+    remediator = Remediator("restart", 3, actions, log=lambda m: None)
+    dog = Watchdog(pairs, "m", Config(), None, remediator, None, cluster.probes(), clock=lambda: now[0],
+                   log=lambda m: None)
+    dog._router_urls = lambda: actions.router_members()  # type: ignore[method-assign]
+    remediator.busy = "a"  # a restart of a is running when the round starts ...
+    dog.trackers["a"].state = State.WEDGED
+    real_observe = dog.observers["b"].observe
+
+    def observe_b(at: float, run_canary: bool = True) -> Observation:
+        remediator.busy = None  # ... and ends while b is being observed
+        return real_observe(at, run_canary)
+
+    dog.observers["b"].observe = observe_b  # type: ignore[method-assign]
+    dog.round()
+    assert actions.calls == []  # a was not observed this round: no second restart on its old state

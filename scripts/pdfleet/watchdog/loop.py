@@ -94,7 +94,9 @@ class Watchdog:
         if busy is not None:
             self.trackers[busy].reasons = [f"being remediated ({self.remediator.last[busy].action})"
                                            if busy in self.remediator.last else "being remediated"]
-        wedged = sorted((h for h, t in self.trackers.items() if t.state == State.WEDGED),
+        # Only pairs observed in this round: a pair whose remediation ended during the round still carries the
+        # state from before its restart, and must not be acted on again before it is looked at.
+        wedged = sorted((h for h, t in self.trackers.items() if t.state == State.WEDGED and h in observed),
                         key=lambda h: self.trackers[h].since)
         for host in wedged:
             decision = self.remediator.decide(host, self.trackers, self.pairs, router_urls)
