@@ -84,10 +84,13 @@ class Watchdog:
         with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as ex:
             futures = {h: ex.submit(self.observers[h].observe, now) for h in hosts}
             observed: dict[str, Observation] = {h: f.result() for h, f in futures.items()}
+        # Transitions carry the time the signals were in (after the canaries answered or timed out), not the
+        # round's start: that is when the watchdog knows, and what time-to-detect must be measured against.
+        known = self.clock()
         router_urls = self._router_urls()
         changes = []
         for host, obs in observed.items():
-            t = self.trackers[host].update(obs, now)
+            t = self.trackers[host].update(obs, known)
             if t is not None:
                 changes.append(t)
                 self.log(f"{host}: {t.old.value} -> {t.new.value}: {'; '.join(t.reasons) or 'all signals clean'}")
@@ -112,9 +115,9 @@ class Watchdog:
                 self.metrics.update_pair(t, observed[host].canary_ok if host in observed else None, in_router,
                                          self.observers[host].workers)
             self.metrics.update_remediations(self.remediator.counts)
-            self.metrics.last_round.set(now)
+            self.metrics.last_round.set(known)
         if self.config.state_file is not None:
-            write_state(self.config.state_file, self.document(now, router_urls))
+            write_state(self.config.state_file, self.document(known, router_urls))
         return changes
 
     def document(self, now: float, router_urls: set[str] | None) -> dict[str, Any]:
