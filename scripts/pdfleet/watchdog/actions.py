@@ -3,7 +3,6 @@ on the pair's host (locally through ``sudo -n systemctl``, or over SSH through `
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 import sys
@@ -30,17 +29,15 @@ def restart_commands(unit: str) -> list[str]:
     """Kill, then restart: the pair is out of the router and its requests are stuck for good, and SGLang's
     SIGTERM handler would wait for them with no timeout (operations-facts.md)."""
     u = shlex.quote(unit)
-    return [f"systemctl kill --signal=SIGKILL {u}", f"systemctl restart {u}"]
+    return [f"systemctl --no-ask-password kill --signal=SIGKILL {u}", f"systemctl --no-ask-password restart {u}"]
 
 
 def local_shell(host: str, command: str) -> tuple[int, str, str]:
-    """Run a systemctl command on this host: as root directly, otherwise through ``sudo -n`` (the role's
-    sudoers drop-in allows exactly these commands for this cluster's units)."""
+    """Run a systemctl command on this host as this (unprivileged) user: systemd asks polkit, and the role's
+    polkit rule allows the watchdog's user exactly kill and restart of this host's worker units. No sudo: the
+    unit keeps NoNewPrivileges and the rest of its sandbox."""
     del host
-    argv = shlex.split(command)
-    if os.geteuid() != 0:
-        argv = ["sudo", "-n", *argv]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=120, check=False)
     return proc.returncode, proc.stdout, proc.stderr
 
 
