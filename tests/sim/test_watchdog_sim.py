@@ -118,7 +118,11 @@ def test_watchdog_on_the_sim(sim_cluster: ScratchCluster) -> None:
     assert sum(r["count"] for r in restarts) == 2, doc["remediation"]
     assert c.chat("In one sentence, what is PCIe? (second recovery)")["usage"]["completion_tokens"] > 0
 
-    # 4. patched: the same frame and a verification run (cascade + benchmark): no transition, no remediation
+
+def test_no_false_alarm_on_the_patched_stack(sim_cluster: ScratchCluster) -> None:
+    """Patched: a foreign frame and a verification run (abort cascade + benchmark): no transition, no remediation."""
+    c = sim_cluster
+    host = "node1"
     c.set_model("sglang", apply_patch=True)
     c.playbook(WATCHDOG_SITE, "-e", "pdfleet_watchdog_remediation=restart")
     c.wait_ready()
@@ -127,7 +131,8 @@ def test_watchdog_on_the_sim(sim_cluster: ScratchCluster) -> None:
                                                 and d, 180)
     mark = time.time()
     foreign_frame(c.address)
-    c.playbook(VERIFY_ONLY)  # the protocol: deep liveness, an abort cascade, recovery, the benchmark
+    # the protocol: deep liveness, an abort cascade, recovery, the benchmark (the frame above is ours: allowed)
+    c.playbook(VERIFY_ONLY, "-e", json.dumps({"pdfleet_verify_args": ["--cycles", "1", "--allow-dropped-frames"]}))
     time.sleep(2 * INTERVAL_S)
     doc = status(c)
     moved = [t for t in doc["transitions"] if t["at"] >= mark]
