@@ -23,6 +23,8 @@ from pdfleet.watchdog.loop import Config, Watchdog
 from pdfleet.watchdog.remediate import Remediator
 from pdfleet.watchdog.state import State
 
+pytestmark = pytest.mark.slow
+
 
 def _pair(pd: LocalPD) -> fleet.Pair:
     return fleet.Pair("local", (
