@@ -16,6 +16,7 @@ from pdfleet import conformance, patchcli, patchstatus, prune
 from pdfleet.cluster import plan_inventory
 from pdfleet.errors import PdfleetError
 from pdfleet.inventory import InventorySource, add_inventory_arguments, load_inventory, source_from_args
+from pdfleet.ops import cli as ops_cli
 from pdfleet.plandoc import plan_document
 from pdfleet.planner import Plan
 from pdfleet.render import render_plan
@@ -23,6 +24,7 @@ from pdfleet.rollout import cli as rollout_cli
 from pdfleet.sim import cli as sim_cli
 from pdfleet.table import format_table
 from pdfleet.verify import cli as verify_cli
+from pdfleet.watchdog import cli as watchdog_cli
 
 
 def _inventory_arg(p: argparse.ArgumentParser) -> None:
@@ -113,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_render)
 
     for register in (patchcli.register, patchstatus.register, sim_cli.register, verify_cli.register,
-                     conformance.register, rollout_cli.register):
+                     conformance.register, rollout_cli.register, watchdog_cli.register, ops_cli.register):
         register(sub)
     return parser
 

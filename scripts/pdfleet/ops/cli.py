@@ -1,0 +1,183 @@
+"""``pdfleet ops``: day-2 operations over SSH from the inventory.
+
+    pdfleet ops status  [-i INV] [--json]           per host: units, SGLang version/patch, router membership,
+                                                    watchdog state, last verification
+    pdfleet ops logs UNIT [--since '10 min ago']    the unit's journal on every host that runs it
+    pdfleet ops restart PAIR                        drain, restart, isolated gate, back in (the watchdog's steps)
+    pdfleet ops drain HOST / undrain HOST           out of the router and idle / back in with routing confirmed
+    pdfleet ops canary                              a real request through every pair, no router
+
+Exit codes: 0 all fine, 1 a check failed on some host, 2 a host unreachable or bad input (others still shown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from pdfleet import fleet
+from pdfleet.cluster import plan_inventory
+from pdfleet.errors import PdfleetError
+from pdfleet.inventory import load_inventory
+from pdfleet.ops import tasks
+from pdfleet.ops.tasks import FAILED, OK, HostLine
+from pdfleet.paths import DEFAULT_INVENTORY, REPO_ROOT
+from pdfleet.planner import Plan
+from pdfleet.remote import connection_for, run
+from pdfleet.watchdog.actions import FleetActions
+
+
+class OpsUsageError(PdfleetError):
+    """Bad arguments for `pdfleet ops` (exit 2)."""
+
+
+def _runner(inventory: Path) -> tasks.Runner:
+    inv = load_inventory(inventory)
+    return lambda host, command: run(connection_for(inv, host), command, timeout=120)
+
+
+def _print(lines: list[HostLine], as_json: bool) -> int:
+    code = tasks.exit_code(lines)
+    if as_json:
+        print(json.dumps({"ok": code == OK, "exit_code": code, "hosts": [x.to_dict() for x in lines]}, indent=2))
+    else:
+        for line in lines:
+            print(line.render())
+    return code
+
+
+def _router(plan: Plan) -> fleet.RouterClient:
+    return fleet.RouterClient(plan.router_url, api_key=os.environ.get("PDFLEET_ROUTER_API_KEY") or None)
+
+
+def _with_plan(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Plan the inventory once before the command (a bad inventory: exit 2 with the planner's message)."""
+
+    def wrapped(args: argparse.Namespace) -> int:
+        args.plan = plan_inventory(args.inventory)
+        return func(args)
+
+    return wrapped
+
+
+def _pair(args: argparse.Namespace, name: str) -> fleet.Pair:
+    pairs = fleet.pairs_from_plan(args.plan)
+    if name not in pairs:
+        raise OpsUsageError(f"{args.inventory}: no pair on host {name!r} (pairs: {', '.join(pairs)})")
+    return pairs[name]
+
+
+def _model(args: argparse.Namespace) -> str:
+    return str(args.plan.model.get("served_name") or args.plan.model["name"])
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    try:
+        urls: set[str] | None = {w.spec.url for w in _router(args.plan).workers()}
+    except fleet.RouterError as e:
+        print(f"router: FAIL: {e}", file=sys.stderr)
+        urls = None
+    last = tasks.latest_verification(REPO_ROOT / "reports")
+    return _print(tasks.status(args.plan, _runner(args.inventory), urls, last), args.json)
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    found = tasks.logs(args.plan, _runner(args.inventory), args.unit, args.since)
+    if not found:
+        raise OpsUsageError(f"{args.inventory}: no host runs unit {args.unit!r}")
+    for line, text in found:
+        for entry in text.splitlines():
+            print(f"{line.host}: {entry}")
+    for line, _ in found:
+        if line.code != OK:
+            print(line.render(), file=sys.stderr)
+    return tasks.exit_code([line for line, _ in found])
+
+
+def cmd_canary(args: argparse.Namespace) -> int:
+    return _print(tasks.canary(fleet.pairs_from_plan(args.plan), _model(args), args.deadline), args.json)
+
+
+def cmd_drain(args: argparse.Namespace) -> int:
+    pair = _pair(args, args.host)
+
+    def one(host: str) -> HostLine:
+        res = fleet.drain(_router(args.plan), pair, args.timeout)
+        text = f"{len(res.removed)} worker(s) out of the router; {res.idle.describe()}"
+        return HostLine(host, OK if res.ok else FAILED, text)
+
+    return _print(tasks.parallel([pair.host], one), args.json)
+
+
+def cmd_undrain(args: argparse.Namespace) -> int:
+    pair = _pair(args, args.host)
+
+    def one(host: str) -> HostLine:
+        res = fleet.readd(_router(args.plan), pair, None, _model(args))
+        text = f"back in the router, routing confirmed after {res.probes} probe(s)" if res.confirmed else \
+            "; ".join(res.problems)
+        return HostLine(host, OK if res.confirmed else FAILED, text)
+
+    return _print(tasks.parallel([pair.host], one), args.json)
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    pair = _pair(args, args.pair)
+    runner = _runner(args.inventory)
+    router = _router(args.plan)
+    actions = FleetActions(router, _model(args), args.plan.sglang.get("version"), runner, runner,
+                           startup_timeout_s=args.startup_timeout)
+
+    def one(host: str) -> HostLine:
+        drained = fleet.drain(router, pair, args.timeout)
+        if not drained.ok:
+            print(f"{host}: not idle after {args.timeout:g} s, restarting anyway: {drained.idle.describe()}",
+                  file=sys.stderr)
+        actions.restart(pair)
+        ok, why = actions.gate(pair)
+        if not ok:
+            return HostLine(host, FAILED, f"restarted but the gate failed, left out of the router: {why}")
+        ok, why = actions.readd(pair, drained.removed or None)
+        return HostLine(host, OK if ok else FAILED, f"restarted, gated and back in the router ({why})" if ok else why)
+
+    return _print(tasks.parallel([pair.host], one), args.json)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("ops", help="day-2 operations over SSH (status, logs, restart, drain, undrain, canary)")
+    sub = p.add_subparsers(dest="ops_command", required=True)
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY, help="(default inventory/sim)")
+        q.add_argument("--json", action="store_true", help="machine-readable")
+
+    q = sub.add_parser("status", help="per host: units, versions, patch, router membership, watchdog, verification")
+    common(q)
+    q.set_defaults(func=_with_plan(cmd_status))
+    q = sub.add_parser("logs", help="a unit's journal on every host that runs it")
+    common(q)
+    q.add_argument("unit")
+    q.add_argument("--since", default="1 hour ago", help="journalctl --since (default: 1 hour ago)")
+    q.set_defaults(func=_with_plan(cmd_logs))
+    q = sub.add_parser("restart", help="drain a pair, restart its units, gate it, put it back")
+    common(q)
+    q.add_argument("pair", help="the pair's host")
+    q.add_argument("--timeout", type=float, default=120.0, help="s to wait for idle after leaving the router")
+    q.add_argument("--startup-timeout", type=float, default=900.0, help="s for the restarted workers' /health")
+    q.set_defaults(func=_with_plan(cmd_restart))
+    for name, func, text in (("drain", cmd_drain, "take a host's pair out of the router and wait for idle"),
+                             ("undrain", cmd_undrain, "put a host's pair back and confirm routing")):
+        q = sub.add_parser(name, help=text)
+        common(q)
+        q.add_argument("host")
+        if name == "drain":
+            q.add_argument("--timeout", type=float, default=120.0, help="s to wait for idle")
+        q.set_defaults(func=_with_plan(func))
+    q = sub.add_parser("canary", help="a real request through every pair (no router)")
+    common(q)
+    q.add_argument("--deadline", type=float, default=20.0, help="s per canary (20)")
+    q.set_defaults(func=_with_plan(cmd_canary))

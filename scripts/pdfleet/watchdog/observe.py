@@ -1,0 +1,129 @@
+"""One round of signals for one pair: its canary, each member's reachability, ``/health``, work and progress,
+and its journal signatures. Every probe is injectable (``Probes``) so the rules can be tested with fakes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pdfleet import fleet
+from pdfleet.fleet.http import HTTPError, call
+from pdfleet.verify.metrics import parse_prometheus
+from pdfleet.watchdog.journal import JournalUnavailable, JournalWatch
+from pdfleet.watchdog.progress import StallDetector
+from pdfleet.watchdog.state import Observation
+
+
+class Unreachable(Exception):
+    """A worker gave no HTTP answer at all."""
+
+
+def fetch_counters(url: str, timeout_s: float = 5.0) -> dict[str, float]:
+    """The worker's ``/metrics`` as name -> value (summed over labels); Unreachable when nothing answered."""
+    try:
+        status, text = call("GET", url + "/metrics", timeout_s=timeout_s)
+    except HTTPError as e:
+        raise Unreachable(str(e)) from None
+    if status != 200 or not isinstance(text, str):
+        return {}
+    return parse_prometheus(text)
+
+
+def health_ok(url: str, timeout_s: float = 5.0) -> bool:
+    try:
+        return call("GET", url + "/health", timeout_s=timeout_s)[0] == 200
+    except HTTPError:
+        return False
+
+
+@dataclass
+class Probes:
+    canary: Callable[[fleet.Pair, str, float], fleet.CanaryResult] = (
+        lambda pair, model, deadline: fleet.pair_canary(pair, model, deadline_s=deadline))
+    load: Callable[[str, str], fleet.WorkerLoad] = lambda url, role: fleet.read_load(url, role)
+    counters: Callable[[str], dict[str, float]] = fetch_counters
+    health: Callable[[str], bool] = health_ok
+
+
+@dataclass
+class WorkerSignals:
+    """What the last round saw of one member (exported as metrics)."""
+
+    name: str
+    role: str
+    up: bool = False
+    health_ok: bool = False
+    work: float = 0.0
+    flat_s: float = 0.0
+    stalled: bool = False
+    journal: dict[str, int] | None = None  # None: not scanned
+    journal_note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "role": self.role, "up": self.up, "health_ok": self.health_ok,
+                "work": self.work, "flat_s": round(self.flat_s, 1), "stalled": self.stalled,
+                "journal": self.journal, "journal_note": self.journal_note}
+
+
+@dataclass
+class PairObserver:
+    """Keeps each member's progress history and journal position between rounds."""
+
+    pair: fleet.Pair
+    model: str
+    canary_deadline_s: float
+    stall_window_s: float
+    probes: Probes = field(default_factory=Probes)
+    journal: JournalWatch | None = None
+    journal_hosts: frozenset[str] | None = None  # hosts whose journal can be read (None: all)
+    detectors: dict[str, StallDetector] = field(default_factory=dict)
+    workers: dict[str, WorkerSignals] = field(default_factory=dict)
+
+    def _journal(self, m: fleet.Member, sig: WorkerSignals, obs: Observation) -> None:
+        if self.journal is None:
+            sig.journal_note = "not scanned (no journal source)"
+            return
+        if self.journal_hosts is not None and m.host not in self.journal_hosts:
+            sig.journal_note = f"not scanned (host {m.host} is remote: canary and metrics only)"
+            return
+        try:
+            uj = self.journal.scan(m.host, m.name)
+        except JournalUnavailable as e:
+            sig.journal_note = str(e)
+            return
+        sig.journal = dict(uj.counts)
+        bad = uj.alarming()
+        if bad:
+            counts = ", ".join(f"{v} {k}" for k, v in bad.items())
+            example = f" (e.g. {uj.examples[0]!r})" if uj.examples else ""
+            obs.journal.append(f"{m.name}: {counts} since the unit started{example}")
+
+    def observe(self, now: float, run_canary: bool = True) -> Observation:
+        obs = Observation(canary_ok=None)
+        for m in self.pair.members:
+            sig = self.workers.setdefault(m.name, WorkerSignals(m.name, m.role))
+            det = self.detectors.setdefault(m.name, StallDetector(m.role, self.stall_window_s))
+            try:
+                counters = self.probes.counters(m.url)
+            except Unreachable as e:
+                sig.up, sig.health_ok, sig.stalled = False, False, False
+                obs.unreachable.append(f"{m.name}: {e}")
+                det.progress_at = None
+                continue
+            sig.up = True
+            sig.health_ok = self.probes.health(m.url)
+            load = self.probes.load(m.url, m.role)
+            sig.work = sum(load.numbers.values())
+            verdict = det.observe(sig.work, counters, now)
+            sig.flat_s, sig.stalled = verdict.flat_s, verdict.stalled
+            if verdict.stalled:
+                obs.stalled.append(verdict.describe(m.name))
+            unknown = load.missing + verdict.missing
+            if unknown:
+                obs.unknown.append(f"{m.name}: {', '.join(unknown)}")
+            self._journal(m, sig, obs)
+        if run_canary and not obs.unreachable:
+            result = self.probes.canary(self.pair, self.model, self.canary_deadline_s)
+            obs.canary_ok, obs.canary_latency_s, obs.canary_problem = result.ok, result.latency_s, result.problem
+        return obs

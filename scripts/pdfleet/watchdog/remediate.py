@@ -1,0 +1,173 @@
+"""Remediation of a WEDGED pair: ``alert`` (default: only the state, the metrics and the alert rules say it)
+or ``restart``: take the pair out of the router, restart its units, gate it, put it back, with the rollout's
+steps (``pdfleet.fleet``: remove_pair, isolated_gate, readd).
+
+The rules, checked before anything is touched (``Remediator.decide``, pure, tested with fakes):
+
+* never two pairs at once: one remediation runs at a time (in the background; the loop keeps watching the
+  others), and a second WEDGED pair waits;
+* never leave the router without a serving pair: when other pairs exist, one of them must be OK and listed
+  in the router, else nothing is done (a fault that wedges every pair is not cured by restarting them one by
+  one, and taking pairs out would turn slow answers into none). A cluster of one pair is the exception: its
+  wedged pair serves nothing already, so taking it out cannot make things worse, and a restart is its only way
+  back;
+* at most ``max_restarts_per_hour`` restarts per pair (sliding hour); after that the pair is taken out of the
+  router and left out (no restart), the alert keeps firing, and a person decides (``pdfleet ops undrain``);
+* a pair whose gate fails after its restart is left out of the router too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pdfleet import fleet
+from pdfleet.watchdog.state import PairTracker, State
+
+MODES = ("alert", "restart")
+HOUR_S = 3600.0
+
+
+class Actions(Protocol):
+    """What remediation does to the cluster (``FleetActions`` for real, fakes in tests)."""
+
+    def router_members(self) -> set[str]: ...
+    def remove(self, pair: fleet.Pair) -> list[fleet.WorkerSpec]: ...
+    def restart(self, pair: fleet.Pair) -> None: ...
+    def gate(self, pair: fleet.Pair) -> tuple[bool, str]: ...
+    def readd(self, pair: fleet.Pair, specs: list[fleet.WorkerSpec] | None) -> tuple[bool, str]: ...
+
+
+@dataclass
+class Decision:
+    host: str
+    action: str  # none | alert | wait | refuse | restart | leave_out
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"host": self.host, "action": self.action, "reason": self.reason}
+
+
+@dataclass
+class Remediator:
+    mode: str = "alert"
+    max_restarts_per_hour: int = 3
+    actions: Actions | None = None
+    clock: Callable[[], float] = time.time
+    log: Callable[[str], None] = print
+    busy: str | None = None
+    restarts: dict[str, list[float]] = field(default_factory=dict)
+    left_out: set[str] = field(default_factory=set)
+    counts: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (host, action, result)
+    last: dict[str, Decision] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _thread: threading.Thread | None = None
+
+    def recent_restarts(self, host: str) -> int:
+        now = self.clock()
+        kept = [t for t in self.restarts.get(host, []) if now - t < HOUR_S]
+        self.restarts[host] = kept
+        return len(kept)
+
+    def decide(self, host: str, trackers: Mapping[str, PairTracker], pairs: Mapping[str, fleet.Pair],
+               router_urls: set[str] | None) -> Decision:
+        """What to do about ``host`` now (nothing is done here)."""
+        if trackers[host].state != State.WEDGED:
+            return Decision(host, "none", f"state {trackers[host].state.value}")
+        if self.mode != "restart":
+            return Decision(host, "alert", "remediation mode is alert: the alert rules page a person")
+        if host in self.left_out:
+            return Decision(host, "alert", "left out of the router after its restarts; a person decides "
+                                           "(pdfleet ops undrain once it is fixed)")
+        if self.busy is not None:
+            return Decision(host, "wait", f"pair {self.busy} is being remediated (never two at once)")
+        others = [h for h in pairs if h != host]
+        if others:
+            if router_urls is None:
+                return Decision(host, "refuse", "the router's worker list cannot be read: cannot prove another "
+                                                "pair keeps serving")
+            serving = [h for h in others if trackers[h].state == State.OK
+                       and all(u in router_urls for u in pairs[h].urls)]
+            if not serving:
+                return Decision(host, "refuse", "no other pair is OK and in the router: acting would leave the "
+                                                "router with no serving pair")
+        if self.recent_restarts(host) >= self.max_restarts_per_hour:
+            if router_urls is not None and not any(u in router_urls for u in pairs[host].urls):
+                self.left_out.add(host)
+                return Decision(host, "alert", "already out of the router; restart limit reached")
+            return Decision(host, "leave_out", f"{self.max_restarts_per_hour} restarts in the last hour: taken out "
+                                               "of the router and left out, no more restarts")
+        return Decision(host, "restart", f"restart {self.recent_restarts(host) + 1} of at most "
+                                         f"{self.max_restarts_per_hour} per hour")
+
+    def act(self, decision: Decision, pair: fleet.Pair, background: bool = True) -> bool:
+        """Start ``decision`` (restart / leave_out); False when nothing was started."""
+        self.last[decision.host] = decision
+        if decision.action not in ("restart", "leave_out") or self.actions is None:
+            return False
+        with self._lock:
+            if self.busy is not None:
+                return False
+            self.busy = decision.host
+        if decision.action == "restart":
+            self.restarts.setdefault(decision.host, []).append(self.clock())
+        if background:
+            self._thread = threading.Thread(target=self._run, args=(decision, pair), daemon=True,
+                                            name=f"remediate-{decision.host}")
+            self._thread.start()
+        else:
+            self._run(decision, pair)
+        return True
+
+    def join(self, timeout_s: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _run(self, decision: Decision, pair: fleet.Pair) -> None:
+        assert self.actions is not None
+        host, action = decision.host, decision.action
+        result = "failed"
+        try:
+            self.log(f"{host}: {action}: {decision.reason}")
+            specs = self.actions.remove(pair)
+            self.log(f"{host}: out of the router ({len(specs)} worker(s) removed)")
+            if action == "leave_out":
+                self.left_out.add(host)
+                result = "ok"
+                return
+            self.actions.restart(pair)
+            self.log(f"{host}: units restarted; gating")
+            ok, why = self.actions.gate(pair)
+            if not ok:
+                self.left_out.add(host)
+                self.log(f"{host}: gate failed, left out of the router: {why}")
+                return
+            ok, why = self.actions.readd(pair, specs or None)
+            if not ok:
+                self.left_out.add(host)
+                self.log(f"{host}: re-add not confirmed, left out of the router: {why}")
+                return
+            self.log(f"{host}: back in the router and serving")
+            result = "ok"
+        except Exception as e:  # a step that could not run: keep the loop alive, say what failed
+            self.left_out.add(host)
+            self.log(f"{host}: {action} failed, left out of the router: {e}")
+        finally:
+            self.counts[(host, action, result)] += 1
+            self.busy = None
+
+    def undrained(self, host: str) -> None:
+        """A person put the pair back (pdfleet ops undrain): act on it again."""
+        self.left_out.discard(host)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "max_restarts_per_hour": self.max_restarts_per_hour, "busy": self.busy,
+                "left_out": sorted(self.left_out),
+                "restarts_last_hour": {h: self.recent_restarts(h) for h in self.restarts},
+                "remediations": [{"host": h, "action": a, "result": r, "count": n}
+                                 for (h, a, r), n in sorted(self.counts.items())],
+                "last_decisions": {h: d.to_dict() for h, d in self.last.items()}}

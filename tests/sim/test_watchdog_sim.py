@@ -1,0 +1,142 @@
+"""Watchdog acceptance on a scratch one-host sim cluster deployed by site.yml's plays (the watchdog and
+Prometheus on the router host): on the pristine stack (apply_patch: false) one unknown frame to each prefill
+bootstrap socket wedges the pair; the watchdog must name it WEDGED within 2 x canary deadline + one interval,
+Prometheus must fire PdfleetPairWedged, and with remediation restart the pair must serve again unattended. On
+the patched stack the same frame and a verification run (abort cascade + benchmark) must cause no transition
+and no remediation. Prints time to detect and time to recover."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+from simcluster import ScratchCluster
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.long]
+
+HERE = Path(__file__).parent
+WATCHDOG_SITE = HERE / "watchdog_site.yml"
+VERIFY_ONLY = HERE / "verify_only.yml"
+BOOTSTRAP_PORT = 8998
+DEADLINE_S, INTERVAL_S, FAILURES = 20.0, 15.0, 2  # the role's defaults
+BUDGET_S = FAILURES * DEADLINE_S + INTERVAL_S
+
+
+def status(cluster: ScratchCluster) -> dict[str, Any]:
+    proc = cluster.ssh("pdfleet-watchdog status --json", timeout=60)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def wait_for(what: str, pred: Any, timeout: float, interval: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"{what} not within {timeout:g} s (last: {last})")
+
+
+def foreign_frame(address: str) -> float:
+    """One unknown leading frame to every prefill rank's bootstrap socket (as registered on its bootstrap
+    server); the epoch it was sent."""
+    base = f"http://{address}:{BOOTSTRAP_PORT}/route"
+    with urllib.request.urlopen(f"{base}?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1",
+                                timeout=10) as r:
+        tp = int(json.loads(r.read())["attn_tp_size"])
+    ctx = zmq.Context.instance()
+    sent = time.time()
+    for rank in range(tp):
+        with urllib.request.urlopen(f"{base}?prefill_dp_rank=0&prefill_cp_rank=0&target_tp_rank={rank}"
+                                    "&target_pp_rank=0", timeout=10) as r:
+            info = json.loads(r.read())
+        s = ctx.socket(zmq.PUSH)
+        s.setsockopt(zmq.LINGER, 2000)
+        s.connect(f"tcp://{info['rank_ip']}:{info['rank_port']}")
+        s.send_multipart([b"PDFLEET-UNKNOWN-FRAME", b"x"])
+        s.close()
+    return sent
+
+
+def firing(cluster: ScratchCluster, alert: str) -> bool:
+    with urllib.request.urlopen(f"http://{cluster.address}:9090/api/v1/alerts", timeout=10) as r:
+        alerts = json.loads(r.read())["data"]["alerts"]
+    return any(a["labels"].get("alertname") == alert and a["state"] == "firing" for a in alerts)
+
+
+def transition_at(doc: dict[str, Any], to: str, after: float) -> float | None:
+    return next((t["at"] for t in doc["transitions"] if t["to"] == to and t["at"] >= after), None)
+
+
+def test_watchdog_on_the_sim(sim_cluster: ScratchCluster) -> None:
+    c = sim_cluster
+    c.set_model("sglang", apply_patch=False)
+    c.playbook(WATCHDOG_SITE)
+    c.wait_ready()
+    host = "node1"
+    wait_for("every pair OK", lambda: status(c)["ok"], 180)
+
+    # 1. pristine, alert mode: detect, and the alert fires in Prometheus
+    sent = foreign_frame(c.address)
+    doc = wait_for("WEDGED", lambda: (d := status(c))["pairs"][host]["state"] == "WEDGED" and d, 3 * BUDGET_S)
+    detect = transition_at(doc, "WEDGED", sent) - sent
+    print(f"\n[pristine, alert] WEDGED {detect:.1f} s after the frame (budget {BUDGET_S:g} s)")
+    assert detect <= BUDGET_S, doc["transitions"]
+    t = time.time()
+    wait_for("PdfleetPairWedged firing", lambda: firing(c, "PdfleetPairWedged"), 120, 2.0)
+    print(f"[pristine, alert] PdfleetPairWedged firing in Prometheus {time.time() - sent:.1f} s after the frame "
+          f"({time.time() - t:.1f} s after WEDGED was seen)")
+    wait_for("PdfleetHealthLies firing", lambda: firing(c, "PdfleetHealthLies"), 120, 2.0)
+    assert status(c)["remediation"]["remediations"] == []  # alert mode acts on nothing
+
+    # 2. switch to restart: the still-wedged pair is healed unattended
+    c.playbook(WATCHDOG_SITE, "-e", "pdfleet_watchdog_remediation=restart")
+    switched = time.time()
+    doc = wait_for("OK after the restart", lambda: (d := status(c))["pairs"][host]["state"] == "OK"
+                   and d["remediation"]["remediations"] and d, 600, 2.0)
+    print(f"[pristine, restart] serving again {time.time() - switched:.1f} s after the watchdog switched to "
+          "restart (it started fresh: WEDGED after its own canaries, then restart, gate, re-add)")
+    assert c.chat("In one sentence, what is PCIe? (after the watchdog's restart)")["usage"]["completion_tokens"] > 0
+
+    # 3. pristine, restart mode: a new wedge is detected and healed
+    sent = foreign_frame(c.address)
+    doc = wait_for("WEDGED then OK", lambda: (d := status(c)) and transition_at(d, "WEDGED", sent)
+                   and transition_at(d, "OK", transition_at(d, "WEDGED", sent) or sent) and d, 600, 2.0)
+    wedged_at = transition_at(doc, "WEDGED", sent)
+    ok_at = transition_at(doc, "OK", wedged_at)
+    print(f"[pristine, restart] time to detect {wedged_at - sent:.1f} s; time to recover {ok_at - sent:.1f} s "
+          f"after the frame ({ok_at - wedged_at:.1f} s of remediation)")
+    assert wedged_at - sent <= BUDGET_S
+    restarts = [r for r in doc["remediation"]["remediations"] if r["action"] == "restart" and r["result"] == "ok"]
+    assert sum(r["count"] for r in restarts) == 2, doc["remediation"]
+    assert c.chat("In one sentence, what is PCIe? (second recovery)")["usage"]["completion_tokens"] > 0
+
+
+def test_no_false_alarm_on_the_patched_stack(sim_cluster: ScratchCluster) -> None:
+    """Patched: a foreign frame and a verification run (abort cascade + benchmark): no transition, no remediation."""
+    c = sim_cluster
+    host = "node1"
+    c.set_model("sglang", apply_patch=True)
+    c.playbook(WATCHDOG_SITE, "-e", "pdfleet_watchdog_remediation=restart")
+    c.wait_ready()
+    c.ssh("systemctl restart pdfleet-watchdog")  # a fresh history for the patched stack
+    wait_for("every pair OK (patched)", lambda: (d := status(c))["ok"] and d["pairs"][host]["transitions"] == 0
+                                                and d, 180)
+    mark = time.time()
+    foreign_frame(c.address)
+    # the protocol: deep liveness, an abort cascade, recovery, the benchmark (the frame above is ours: allowed)
+    c.playbook(VERIFY_ONLY, "-e", json.dumps({"pdfleet_verify_args": ["--cycles", "1", "--allow-dropped-frames"]}))
+    time.sleep(2 * INTERVAL_S)
+    doc = status(c)
+    moved = [t for t in doc["transitions"] if t["at"] >= mark]
+    print(f"[patched] {time.time() - mark:.0f} s with a foreign frame and a verification run: "
+          f"{len(moved)} transitions, {len(doc['remediation']['remediations'])} remediations")
+    assert moved == [] and doc["pairs"][host]["state"] == "OK", moved
+    assert doc["remediation"]["remediations"] == []

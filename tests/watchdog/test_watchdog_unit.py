@@ -1,0 +1,368 @@
+"""Unit tests for the watchdog's rules, with fakes (no network, no processes): the state machine, stall
+detection, the journal scan, the remediation rules (rate limit, never two, never empty), one whole round, the
+metrics and the status command."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from pdfleet import fleet
+from pdfleet.cli import main
+from pdfleet.watchdog.journal import CURSOR_PREFIX, INVOCATION_PREFIX, JournalWatch
+from pdfleet.watchdog.loop import Config, Watchdog
+from pdfleet.watchdog.metrics import WatchdogMetrics
+from pdfleet.watchdog.observe import Probes, Unreachable
+from pdfleet.watchdog.progress import StallDetector
+from pdfleet.watchdog.remediate import Remediator
+from pdfleet.watchdog.state import Observation, PairTracker, State
+from prometheus_client import generate_latest
+
+
+def _pair(host: str) -> fleet.Pair:
+    return fleet.Pair(host, (fleet.Member(f"pdfleet-prefill-{host}", "prefill", f"http://{host}:30000", host,
+                                          host, 8998),
+                             fleet.Member(f"pdfleet-decode-{host}", "decode", f"http://{host}:30001", host, host)))
+
+
+# --- state machine -------------------------------------------------------------------------------------------
+
+def test_two_failed_canaries_wedge_and_one_success_clears() -> None:
+    t = PairTracker("node1", failures_to_wedge=2)
+    assert t.update(Observation(canary_ok=True, canary_latency_s=0.4), 100.0) is None
+    assert t.state == State.OK and t.last_success == 100.0
+    tr = t.update(Observation(canary_ok=False, canary_problem="timed out"), 115.0)
+    assert tr is not None and (tr.old, tr.new) == (State.OK, State.DEGRADED) and t.since == 115.0
+    tr = t.update(Observation(canary_ok=False, canary_problem="timed out"), 135.0)
+    assert tr is not None and tr.new == State.WEDGED and "2 consecutive failed canaries" in tr.reasons[0]
+    assert t.update(Observation(canary_ok=False), 155.0) is None and t.since == 135.0  # still WEDGED
+    tr = t.update(Observation(canary_ok=True, canary_latency_s=0.5), 170.0)
+    assert tr is not None and tr.new == State.OK and t.consecutive_failures == 0 and t.transitions == 3
+
+
+def test_precedence_dead_over_wedged_over_degraded() -> None:
+    t = PairTracker("n", failures_to_wedge=2)
+    assert t.classify(Observation(None, unreachable=["p: refused"], stalled=["d: x"]))[0] == State.DEAD
+    assert t.classify(Observation(True, stalled=["d: work 1 while flat 70 s"]))[0] == State.WEDGED
+    assert t.classify(Observation(True, journal=["p: 1 thread_death"]))[0] == State.DEGRADED
+    assert t.classify(Observation(True, unknown=["p: prefill_bootstrap"]))[0] == State.DEGRADED
+    assert t.classify(Observation(True))[0] == State.OK
+
+
+def test_no_canary_round_keeps_the_failure_count() -> None:
+    t = PairTracker("n", failures_to_wedge=3)
+    t.update(Observation(False), 1.0)
+    t.update(Observation(None), 2.0)  # no canary (e.g. unreachable round): neither success nor failure
+    assert t.consecutive_failures == 1
+
+
+# --- stall detection -----------------------------------------------------------------------------------------
+
+def test_stall_needs_work_and_flat_counters_for_longer_than_the_window() -> None:
+    d = StallDetector("decode", window_s=60.0)
+    tok = "sglang:generation_tokens_total"
+    assert not d.observe(0, {tok: 5}, 0).stalled
+    assert not d.observe(3, {tok: 5}, 30).stalled  # work appears: the flat clock starts here
+    v = d.observe(3, {tok: 5}, 80)
+    assert not v.stalled and v.flat_s == 50
+    v = d.observe(3, {tok: 5}, 95)
+    assert v.stalled and v.flat_s == 65 and "flat for 65 s" in v.describe("decode0")
+    assert not d.observe(3, {tok: 6}, 100).stalled  # a token moved: progress
+
+
+def test_busy_but_moving_never_stalls_and_idle_never_stalls() -> None:
+    d = StallDetector("decode", window_s=10.0)
+    for i in range(20):
+        assert not d.observe(5, {"sglang:generation_tokens_total": i}, i * 15.0).stalled
+    d2 = StallDetector("prefill", window_s=10.0)
+    for i in range(20):
+        assert not d2.observe(0, {"sglang:prompt_tokens_total": 1, "sglang:num_requests_total": 1}, i * 15.0).stalled
+
+
+def test_prefill_progress_is_its_prompt_or_request_counter() -> None:
+    d = StallDetector("prefill", window_s=10.0)
+    c = {"sglang:prompt_tokens_total": 10.0, "sglang:num_requests_total": 1.0}
+    d.observe(2, c, 0)
+    assert not d.observe(2, {**c, "sglang:num_requests_total": 2.0}, 20).stalled
+    assert d.observe(2, {**c, "sglang:num_requests_total": 2.0}, 40).stalled
+
+
+def test_missing_counter_or_restart_resets_the_clock() -> None:
+    d = StallDetector("decode", window_s=10.0)
+    tok = "sglang:generation_tokens_total"
+    d.observe(1, {tok: 100}, 0)
+    v = d.observe(1, {}, 50)
+    assert not v.stalled and v.missing == [tok]
+    d.observe(1, {tok: 100}, 60)
+    assert not d.observe(1, {tok: 3}, 100).stalled  # counter went back: the unit restarted
+
+
+# --- journal ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class FakeJournal:
+    invocation: str = "aaa"
+    lines: list[str] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+
+    def __call__(self, host: str, command: str) -> tuple[int, str, str]:
+        self.commands.append(command)
+        start = 0
+        if "--after-cursor" in command:
+            start = int(command.split("--after-cursor c", 1)[1].split(";", 1)[0])
+        body = self.lines[start:]
+        out = [INVOCATION_PREFIX + self.invocation, *body]
+        if body:
+            out.append(f"{CURSOR_PREFIX}c{len(self.lines)}")
+        return 0, "\n".join(out) + "\n", ""
+
+
+def test_journal_counts_signatures_since_the_unit_started_incrementally() -> None:
+    fake = FakeJournal(lines=["INFO ready", "Exception in thread Thread-3 (bootstrap_thread):"])
+    watch = JournalWatch(fake)
+    uj = watch.scan("node1", "pdfleet-prefill0")
+    assert uj.alarming() == {"thread_death": 1} and "_SYSTEMD_INVOCATION_ID" in fake.commands[0]
+    fake.lines.append("AssertionError: First message should be b'NixlMsgGuard'. Foreign traffic?")
+    uj = watch.scan("node1", "pdfleet-prefill0")
+    assert uj.alarming() == {"thread_death": 2}  # only the new line was read and added
+    assert "--after-cursor" in fake.commands[1]
+    fake.invocation, fake.lines = "bbb", ["INFO ready"]  # restarted: a clean count
+    assert watch.scan("node1", "pdfleet-prefill0").alarming() == {}
+
+
+def test_journal_unreadable_raises_with_host_and_unit() -> None:
+    from pdfleet.watchdog.journal import JournalUnavailable
+
+    watch = JournalWatch(lambda h, c: (1, "", "Failed to connect to bus"))
+    with pytest.raises(JournalUnavailable, match="pdfleet-decode0 on node2"):
+        watch.scan("node2", "pdfleet-decode0")
+
+
+# --- remediation rules -----------------------------------------------------------------------------------------
+
+@dataclass
+class FakeActions:
+    members: set[str]
+    gate_ok: bool = True
+    calls: list[str] = field(default_factory=list)
+
+    def router_members(self) -> set[str]:
+        return set(self.members)
+
+    def remove(self, pair: fleet.Pair) -> list[fleet.WorkerSpec]:
+        self.calls.append(f"remove {pair.host}")
+        gone = [m.spec() for m in pair.members if m.url in self.members]
+        self.members -= set(pair.urls)
+        return gone
+
+    def restart(self, pair: fleet.Pair) -> None:
+        self.calls.append(f"restart {pair.host}")
+
+    def gate(self, pair: fleet.Pair) -> tuple[bool, str]:
+        self.calls.append(f"gate {pair.host}")
+        return self.gate_ok, "gate says so"
+
+    def readd(self, pair: fleet.Pair, specs: list[fleet.WorkerSpec] | None) -> tuple[bool, str]:
+        self.calls.append(f"readd {pair.host}")
+        self.members |= set(pair.urls)
+        return True, "confirmed"
+
+
+def _fleet(states: dict[str, State]) -> tuple[dict[str, PairTracker], dict[str, fleet.Pair], set[str]]:
+    trackers = {h: PairTracker(h, state=s) for h, s in states.items()}
+    pairs = {h: _pair(h) for h in states}
+    return trackers, pairs, {u for p in pairs.values() for u in p.urls}
+
+
+def test_alert_mode_never_acts() -> None:
+    trackers, pairs, urls = _fleet({"a": State.WEDGED, "b": State.OK})
+    actions = FakeActions(urls)
+    r = Remediator("alert", 3, actions)
+    d = r.decide("a", trackers, pairs, urls)
+    assert d.action == "alert" and not r.act(d, pairs["a"], background=False) and actions.calls == []
+
+
+def test_restart_runs_the_fleet_steps_in_order() -> None:
+    trackers, pairs, urls = _fleet({"a": State.WEDGED, "b": State.OK})
+    actions = FakeActions(set(urls))
+    r = Remediator("restart", 3, actions, log=lambda m: None)
+    d = r.decide("a", trackers, pairs, urls)
+    assert d.action == "restart"
+    assert r.act(d, pairs["a"], background=False)
+    assert actions.calls == ["remove a", "restart a", "gate a", "readd a"]
+    assert r.counts[("a", "restart", "ok")] == 1 and r.busy is None and "a" not in r.left_out
+
+
+def test_never_two_pairs_at_once() -> None:
+    trackers, pairs, urls = _fleet({"a": State.WEDGED, "b": State.WEDGED, "c": State.OK})
+    r = Remediator("restart", 3, FakeActions(set(urls)))
+    r.busy = "a"
+    d = r.decide("b", trackers, pairs, urls)
+    assert d.action == "wait" and "never two" in d.reason
+    # act() itself refuses while busy, whatever it was told
+    from pdfleet.watchdog.remediate import Decision
+
+    assert r.act(Decision("b", "restart", "forced"), pairs["b"]) is False and r.busy == "a"
+
+
+def test_never_leave_the_router_without_a_serving_pair() -> None:
+    trackers, pairs, urls = _fleet({"a": State.WEDGED, "b": State.DEGRADED})
+    r = Remediator("restart", 3, FakeActions(set(urls)))
+    d = r.decide("a", trackers, pairs, urls)
+    assert d.action == "refuse" and "no serving pair" in d.reason
+    # b OK but not in the router (drained by someone): still no serving pair left
+    trackers["b"].state = State.OK
+    d = r.decide("a", trackers, pairs, urls - set(pairs["b"].urls))
+    assert d.action == "refuse"
+    assert r.decide("a", trackers, pairs, urls).action == "restart"
+    assert r.decide("a", trackers, pairs, None).action == "refuse"  # router unreadable: cannot prove it
+
+
+def test_a_single_pair_cluster_may_restart_its_wedged_pair() -> None:
+    trackers, pairs, urls = _fleet({"only": State.WEDGED})
+    assert Remediator("restart", 3).decide("only", trackers, pairs, urls).action == "restart"
+
+
+def test_rate_limit_then_left_out_of_the_router_and_alerting() -> None:
+    now = [1000.0]
+    trackers, pairs, urls = _fleet({"a": State.WEDGED, "b": State.OK})
+    actions = FakeActions(set(urls))
+    r = Remediator("restart", 2, actions, clock=lambda: now[0], log=lambda m: None)
+    for _ in range(2):
+        d = r.decide("a", trackers, pairs, actions.router_members())
+        assert d.action == "restart"
+        r.act(d, pairs["a"], background=False)
+        now[0] += 60
+    d = r.decide("a", trackers, pairs, actions.router_members())
+    assert d.action == "leave_out"
+    r.act(d, pairs["a"], background=False)
+    assert actions.calls.count("restart a") == 2 and actions.calls[-1] == "remove a"
+    assert not set(pairs["a"].urls) & actions.members and "a" in r.left_out
+    assert r.decide("a", trackers, pairs, actions.router_members()).action == "alert"
+    # an hour later the window has slid, but a left-out pair waits for a person
+    now[0] += 3600
+    assert r.decide("a", trackers, pairs, actions.router_members()).action == "alert"
+    r.undrained("a")
+    assert r.decide("a", trackers, pairs, actions.router_members()).action == "restart"
+
+
+def test_failed_gate_leaves_the_pair_out() -> None:
+    trackers, pairs, urls = _fleet({"a": State.WEDGED, "b": State.OK})
+    actions = FakeActions(set(urls), gate_ok=False)
+    r = Remediator("restart", 3, actions, log=lambda m: None)
+    r.act(r.decide("a", trackers, pairs, urls), pairs["a"], background=False)
+    assert "readd a" not in actions.calls and "a" in r.left_out
+    assert r.counts[("a", "restart", "failed")] == 1
+
+
+# --- one whole round -------------------------------------------------------------------------------------------
+
+@dataclass
+class FakeCluster:
+    """Per worker URL: up, /health, work and a token counter; per pair: canary result."""
+
+    wedged: set[str] = field(default_factory=set)
+    down: set[str] = field(default_factory=set)
+    tokens: float = 0.0
+
+    def probes(self) -> Probes:
+        def canary(pair: fleet.Pair, model: str, deadline: float) -> fleet.CanaryResult:
+            if pair.host in self.wedged:
+                return fleet.CanaryResult(pair.host, False, 0, deadline, "timed out")
+            return fleet.CanaryResult(pair.host, True, 200, 0.3, completion_tokens=4)
+
+        def load(url: str, role: str) -> fleet.WorkerLoad:
+            host = url.split("//")[1].split(":")[0]
+            busy = 2.0 if host in self.wedged else 0.0
+            return fleet.WorkerLoad(url, role, {"running": busy, "waiting": 0.0})
+
+        def counters(url: str) -> dict[str, float]:
+            if url.split("//")[1].split(":")[0] in self.down:
+                raise Unreachable(f"GET {url}/metrics: connection refused")
+            return {"sglang:generation_tokens_total": self.tokens, "sglang:prompt_tokens_total": self.tokens,
+                    "sglang:num_requests_total": self.tokens}
+
+        return Probes(canary, load, counters, lambda url: True)
+
+
+def test_rounds_name_the_wedged_pair_export_it_and_write_the_state(tmp_path: Path) -> None:
+    now = [0.0]
+    cluster = FakeCluster()
+    pairs = {h: _pair(h) for h in ("node1", "node2", "node3")}
+    metrics = WatchdogMetrics()
+    state_file = tmp_path / "state.json"
+    dog = Watchdog(pairs, "m", Config(state_file=state_file), None, Remediator("alert"), metrics,
+                   cluster.probes(), clock=lambda: now[0], log=lambda m: None)
+    dog.round()
+    assert {t.state for t in dog.trackers.values()} == {State.OK}
+    cluster.wedged.add("node2")
+    cluster.down.add("node3")
+    for _ in range(2):
+        now[0] += 15
+        dog.round()
+    assert dog.trackers["node2"].state == State.WEDGED and dog.trackers["node1"].state == State.OK
+    assert dog.trackers["node3"].state == State.DEAD
+    text = generate_latest(metrics.registry).decode()
+    assert 'pdfleet_watchdog_pair_state{pair="node2",state="WEDGED"} 1.0' in text
+    assert 'pdfleet_watchdog_canary_ok{pair="node2"} 0.0' in text
+    assert 'pdfleet_watchdog_worker_up{pair="node3",role="prefill",worker="pdfleet-prefill-node3"} 0.0' in text
+    assert 'pdfleet_watchdog_worker_health_ok{pair="node2",role="decode",worker="pdfleet-decode-node2"} 1.0' in text
+    doc = json.loads(state_file.read_text())
+    assert doc["pairs"]["node2"]["state"] == "WEDGED" and doc["pairs"]["node2"]["since"] == 30.0
+    # the stall alone also wedges: canaries pass, but work sits with flat counters past the window
+    cluster2 = FakeCluster()
+    dog2 = Watchdog({"n": _pair("n")}, "m", Config(stall_window_s=40), None, Remediator("alert"), None,
+                    cluster2.probes(), clock=lambda: now[0], log=lambda m: None)
+    dog2.probes.load = lambda url, role: fleet.WorkerLoad(url, role, {"running": 1.0})
+    dog2.observers["n"].probes = dog2.probes
+    for _ in range(4):
+        now[0] += 15
+        dog2.round()
+    assert dog2.trackers["n"].state == State.WEDGED and "stalled" in dog2.trackers["n"].reasons[0]
+
+
+def test_status_command_reads_the_state_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    now = [time.time()]
+    cluster = FakeCluster(wedged={"node2"})
+    state_file = tmp_path / "state.json"
+    dog = Watchdog({h: _pair(h) for h in ("node1", "node2")}, "m", Config(state_file=state_file), None,
+                   Remediator("alert"), None, cluster.probes(), clock=lambda: now[0], log=lambda m: None)
+    dog.round()
+    dog.round()
+    assert main(["watchdog", "status", "--state-file", str(state_file)]) == 1
+    out = capsys.readouterr().out
+    assert "node2" in out and "WEDGED" in out and "node1" in out
+    assert main(["watchdog", "status", "--state-file", str(state_file), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["pairs"]["node2"]["state"] == "WEDGED" and doc["pairs"]["node1"]["state"] == "OK"
+    cluster.wedged.clear()
+    dog.round()
+    assert main(["watchdog", "status", "--state-file", str(state_file)]) == 0
+    assert main(["watchdog", "status", "--state-file", str(tmp_path / "none.json")]) == 2
+    assert "no watchdog state file" in capsys.readouterr().err
+
+
+def test_a_pair_whose_remediation_ends_mid_round_is_not_acted_on_again() -> None:
+    now = [0.0]
+    cluster = FakeCluster(wedged={"a"})
+    pairs = {"a": _pair("a"), "b": _pair("b")}
+    actions = FakeActions({u for p in pairs.values() for u in p.urls})
+    remediator = Remediator("restart", 3, actions, log=lambda m: None)
+    dog = Watchdog(pairs, "m", Config(), None, remediator, None, cluster.probes(), clock=lambda: now[0],
+                   log=lambda m: None)
+    dog._router_urls = lambda: actions.router_members()  # type: ignore[method-assign]
+    remediator.busy = "a"  # a restart of a is running when the round starts ...
+    dog.trackers["a"].state = State.WEDGED
+    real_observe = dog.observers["b"].observe
+
+    def observe_b(at: float, run_canary: bool = True) -> Observation:
+        remediator.busy = None  # ... and ends while b is being observed
+        return real_observe(at, run_canary)
+
+    dog.observers["b"].observe = observe_b  # type: ignore[method-assign]
+    dog.round()
+    assert actions.calls == []  # a was not observed this round: no second restart on its old state
