@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 from pdfleet.paths import REPO_ROOT
-from pdfleet.sim.scratch import scratch_inventory
+from pdfleet.testing.scratch import scratch_inventory
 
 BIN = Path(sys.executable).parent
 SITE = REPO_ROOT / "site.yml"

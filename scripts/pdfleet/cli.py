@@ -12,11 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from pdfleet import conformance, patchcli, patchstatus, prune
+from pdfleet import conformance, prune
 from pdfleet.cluster import plan_inventory
 from pdfleet.errors import PdfleetError
 from pdfleet.inventory import InventorySource, add_inventory_arguments, load_inventory, source_from_args
 from pdfleet.ops import cli as ops_cli
+from pdfleet.patch import cli as patchcli
+from pdfleet.patch import status as patchstatus
 from pdfleet.plandoc import plan_document
 from pdfleet.planner import Plan
 from pdfleet.render import render_plan

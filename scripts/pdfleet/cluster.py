@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from pdfleet import patches
 from pdfleet.errors import InventoryError
 from pdfleet.inventory import ROOT_VARIABLE, Inventory, InventorySource, load_inventory
+from pdfleet.patch import manifest as patches
 from pdfleet.paths import PATCH_DIR
 from pdfleet.planner import Plan, build_plan
 

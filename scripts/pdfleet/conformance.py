@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pdfleet.clusterspec import HostSpec, parse_cluster
 from pdfleet.errors import InventoryError, PdfleetError
 from pdfleet.inventory import (
     ROOT_VARIABLE,
@@ -33,7 +34,6 @@ from pdfleet.inventory import (
     load_inventory,
     source_from_args,
 )
-from pdfleet.model import HostSpec, parse_cluster
 from pdfleet.paths import PATCH_DIR, REPO_ROOT
 from pdfleet.planner import Plan, Unit
 from pdfleet.versions import DRIVER_HOLD_REGEX
@@ -211,7 +211,7 @@ CONN_ORIGIN_SNIPPET = f"import importlib.util as u; print(u.find_spec({CONN_MODU
 
 def patched_sha256(version: str, patched: bool, patch_dir: Path = PATCH_DIR) -> str:
     """The sha256 the manifest promises for conn.py of `version`, patched or pristine."""
-    from pdfleet import patches
+    from pdfleet.patch import manifest as patches
 
     m = patches.load_manifest(version, patch_dir)
     return m.patched_sha256 if patched else m.pristine_sha256

@@ -11,8 +11,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
+from pdfleet.clusterspec import ClusterSpec, InstanceSpec, parse_cluster
 from pdfleet.errors import PlanError, Problem
-from pdfleet.model import ClusterModel, InstanceSpec, parse_cluster
 from pdfleet.versions import CUDA_DRIVER_FLOORS, CUDA_FLOOR, SUPPORTED_LOG_LEVELS, UCX_TLS_ALIASES, version_tuple
 
 PD_PROFILES = ("pd-4p4d", "pd-multinode")
@@ -107,7 +107,7 @@ def build_plan(
 
 
 def check_rules(
-    c: ClusterModel, inventory_hosts: Mapping[str, str], supported_patches: Mapping[str, str]
+    c: ClusterSpec, inventory_hosts: Mapping[str, str], supported_patches: Mapping[str, str]
 ) -> list[Problem]:
     """Every rule of the model, each violation one Problem; an empty list means the model is sound."""
     problems: list[Problem] = []
@@ -125,7 +125,7 @@ HEARTBEAT_MIN_INTERVAL_S = 2.0
 HEARTBEAT_MIN_FAILURES = 1
 
 
-def heartbeat_forget_s(c: ClusterModel) -> int:
+def heartbeat_forget_s(c: ClusterSpec) -> int:
     """Seconds a prefill must stay unreachable so that every decode has forgotten it.
 
     A decode checks each known prefill every interval and drops it after max_failures misses in a row
@@ -137,12 +137,12 @@ def heartbeat_forget_s(c: ClusterModel) -> int:
     return math.ceil(interval * (failures + 1))
 
 
-def prefill_hold_down(c: ClusterModel) -> int:
+def prefill_hold_down(c: ClusterSpec) -> int:
     """The prefill units' wait before every start: the inventory's value, or the heartbeat's forget time."""
     return c.service.prefill_hold_down_s if c.service.prefill_hold_down_s is not None else heartbeat_forget_s(c)
 
 
-def _check_heartbeat(c: ClusterModel) -> list[Problem]:
+def _check_heartbeat(c: ClusterSpec) -> list[Problem]:
     out: list[Problem] = []
     n = c.nixl
     if n.heartbeat_interval_s < HEARTBEAT_MIN_INTERVAL_S:
@@ -166,7 +166,7 @@ def _check_heartbeat(c: ClusterModel) -> list[Problem]:
     return out
 
 
-def _check_hosts(c: ClusterModel, inventory_hosts: Mapping[str, str]) -> list[Problem]:
+def _check_hosts(c: ClusterSpec, inventory_hosts: Mapping[str, str]) -> list[Problem]:
     out: list[Problem] = []
     known = ", ".join(sorted(inventory_hosts)) or "(none)"
     for name, spec in c.hosts.items():
@@ -182,7 +182,7 @@ def _check_hosts(c: ClusterModel, inventory_hosts: Mapping[str, str]) -> list[Pr
     return out
 
 
-def _check_instances(c: ClusterModel) -> list[Problem]:
+def _check_instances(c: ClusterSpec) -> list[Problem]:
     out: list[Problem] = []
     seen_names: set[str] = set()
     owners: dict[tuple[str, int], str] = {}
@@ -240,7 +240,7 @@ def _instance_ports(inst: InstanceSpec) -> dict[str, int]:
     return ports
 
 
-def _check_ports(c: ClusterModel) -> list[Problem]:
+def _check_ports(c: ClusterSpec) -> list[Problem]:
     out: list[Problem] = []
     used: dict[tuple[str, int], str] = {}
     claims = [("pdfleet_cluster.router.port", c.router.host, "router", {"port": c.router.port})]
@@ -260,7 +260,7 @@ def _check_ports(c: ClusterModel) -> list[Problem]:
     return out
 
 
-def _check_roles(c: ClusterModel) -> list[Problem]:
+def _check_roles(c: ClusterSpec) -> list[Problem]:
     out: list[Problem] = []
     roles = [inst.role for inst in c.instances]
     if not c.instances:
@@ -296,7 +296,7 @@ def _check_roles(c: ClusterModel) -> list[Problem]:
     return out
 
 
-def _check_4p4d_hosts(c: ClusterModel) -> list[Problem]:
+def _check_4p4d_hosts(c: ClusterSpec) -> list[Problem]:
     """pd-4p4d is a fleet of self-contained hosts: each worker host runs its own prefill and decode, with
     the host's GPUs split evenly between them (4+4 on an 8-GPU host). One such host is the classic shape;
     several behind one router are a fleet, in which the router may pair any decode with any prefill (KV then
@@ -323,7 +323,7 @@ def _check_4p4d_hosts(c: ClusterModel) -> list[Problem]:
     return out
 
 
-def _check_versions(c: ClusterModel, supported_patches: Mapping[str, str]) -> list[Problem]:
+def _check_versions(c: ClusterSpec, supported_patches: Mapping[str, str]) -> list[Problem]:
     out: list[Problem] = []
     s = c.sglang
     supported = ", ".join(sorted(supported_patches)) or "(none)"
@@ -348,7 +348,7 @@ def _check_versions(c: ClusterModel, supported_patches: Mapping[str, str]) -> li
     return out
 
 
-def _check_absolute(c: ClusterModel) -> list[Problem]:
+def _check_absolute(c: ClusterSpec) -> list[Problem]:
     """Paths in the model section (and the service venv) must be absolute: a relative one resolves against
     whatever directory a unit, Ansible or the control machine happens to run in."""
     out: list[Problem] = []
@@ -362,7 +362,7 @@ def _check_absolute(c: ClusterModel) -> list[Problem]:
     return out
 
 
-def _check_cuda(c: ClusterModel) -> list[Problem]:
+def _check_cuda(c: ClusterSpec) -> list[Problem]:
     out: list[Problem] = []
     cu = c.cuda
     try:
@@ -386,7 +386,7 @@ def _check_cuda(c: ClusterModel) -> list[Problem]:
     return out
 
 
-def _required_transports(c: ClusterModel, host: str) -> list[str]:
+def _required_transports(c: ClusterSpec, host: str) -> list[str]:
     """Transports `ucx_info -d` must list on `host`: the concrete UCX_TLS words (no aliases, no exclusions), plus
     cuda_ipc where a prefill and a decode share the host (the KV cache moves GPU to GPU over CUDA IPC)."""
     roles = {i.role for i in c.instances if i.host == host}
@@ -399,7 +399,7 @@ def _required_transports(c: ClusterModel, host: str) -> list[str]:
     return out
 
 
-def _plan(c: ClusterModel, inventory_hosts: Mapping[str, str]) -> Plan:
+def _plan(c: ClusterSpec, inventory_hosts: Mapping[str, str]) -> Plan:
     hosts: dict[str, list[Unit]] = {name: [] for name in inventory_hosts}
     workers = [_worker_unit(c, inst, inventory_hosts[inst.host]) for inst in c.instances]
     for unit in workers:
@@ -418,7 +418,7 @@ def _plan(c: ClusterModel, inventory_hosts: Mapping[str, str]) -> Plan:
     )
 
 
-def _worker_unit(c: ClusterModel, inst: InstanceSpec, address: str) -> Unit:
+def _worker_unit(c: ClusterSpec, inst: InstanceSpec, address: str) -> Unit:
     module = "pdfleet.simworker" if c.sglang.launcher == "sim" else "sglang.launch_server"
     argv = [f"{c.sglang.venv}/bin/python", "-m", module,
             "--model-path", c.model.path,
@@ -459,7 +459,7 @@ def _worker_unit(c: ClusterModel, inst: InstanceSpec, address: str) -> Unit:
     )
 
 
-def _router_unit(c: ClusterModel, address: str, workers: list[Unit]) -> Unit:
+def _router_unit(c: ClusterSpec, address: str, workers: list[Unit]) -> Unit:
     r = c.router
     if c.sglang.router_package == "smg":
         argv = [f"{c.sglang.venv}/bin/smg", "launch"]

@@ -23,7 +23,7 @@ from pdfleet.cluster import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from pdfleet.sim import DEFAULT_CACHE_DIR
 from pdfleet.sim.image import ensure_golden, ensure_runtime, golden_path, runtime_path
-from pdfleet.sim.scratch import scratch_inventory
+from pdfleet.testing.scratch import scratch_inventory
 
 BIN = Path(sys.executable).parent
 

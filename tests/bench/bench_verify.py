@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pdfleet.simworker.launch import REPO_ROOT, LocalPD, RouterSpec, free_port
+from pdfleet.testing.localpd import REPO_ROOT, LocalPD, RouterSpec, free_port
 from pdfleet.verify.cascade import run_cycle
 from pdfleet.verify.checks import wait_idle
 from pdfleet.verify.logs import FileLogs
@@ -49,7 +49,7 @@ def start_pd(light: bool, log_dir: Path) -> LocalPD:
         python = str(REPO_ROOT / ".cache/simdev/bin/python")
         env = {"PYTHONPATH": str(REPO_ROOT / "scripts"), "PDFLEET_SIM_KV_BACKEND": "fake", "PYTHONUNBUFFERED": "1"}
     else:
-        from pdfleet.runtime import Runtime, default_root
+        from pdfleet.patch.runtime import Runtime, default_root
 
         rt = Runtime(default_root())
         if not rt.is_ready("0.5.15.post1"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from pdfleet.paths import REPO_ROOT
-from pdfleet.simworker.launch import LocalPD, RouterSpec, free_port
+from pdfleet.testing.localpd import LocalPD, RouterSpec, free_port
 
 
 def _can_import(python: str, modules: str) -> bool:
@@ -57,7 +57,7 @@ def real_pd(router_spec: RouterSpec, tmp_path: Path) -> Iterator[LocalPD]:
     """A pair running SGLang 0.5.15.post1's real NIXL bootstrap code, patched (the CPU runtime, built once when
     missing), logging at debug: the isolated gate's logs check needs the prefill's handled ABORTs, which SGLang
     prints at debug only and the light stand-in never produces."""
-    from pdfleet.runtime import ensure_runtime
+    from pdfleet.patch.runtime import ensure_runtime
 
     version = "0.5.15.post1"
     rt = ensure_runtime([version])

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from pdfleet import fleet
-from pdfleet.simworker.launch import LocalPD, http_json
+from pdfleet.testing.localpd import LocalPD, http_json
 from pdfleet.verify.logs import FileLogs
 
 from .conftest import light_env

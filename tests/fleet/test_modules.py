@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pdfleet import fleet
 from pdfleet.paths import REPO_ROOT
-from pdfleet.simworker.launch import LocalPD
+from pdfleet.testing.localpd import LocalPD
 
 pytestmark = pytest.mark.slow
 

@@ -84,7 +84,7 @@ def test_filter_plugin_does_not_import_the_heavy_runtime() -> None:
     code = ("import sys; sys.path.insert(0, 'ansible/plugins/filter'); import pdfleet_plan; "
             "print(','.join(sorted(m for m in sys.modules if m.startswith('pdfleet'))))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
-    assert "pdfleet.runtime" not in proc.stdout.split(","), proc.stdout
+    assert "pdfleet.patch.runtime" not in proc.stdout.split(","), proc.stdout
 
 
 def test_shared_constants_are_written_once() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from pdfleet import conformance as c
 from pdfleet.cluster import plan_inventory, supported_patches
+from pdfleet.clusterspec import HostSpec
 from pdfleet.inventory import load_inventory
-from pdfleet.model import HostSpec
 from pdfleet.planner import build_plan
 from pdfleet.sim import aptrepo
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pdfleet import patches, runtime
+from pdfleet.patch import manifest as patches
+from pdfleet.patch import runtime
 
 
 @pytest.fixture(scope="session")

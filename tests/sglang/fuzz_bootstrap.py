@@ -13,7 +13,7 @@ import sys
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pdfleet import nixlcpu as nc
+from pdfleet.patch import nixlcpu as nc
 
 PROBE_ROOM = 987_654_321  # no generated message names it
 

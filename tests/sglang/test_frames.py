@@ -6,7 +6,7 @@ import struct
 import sys
 
 import pytest
-from pdfleet import nixlcpu as nc
+from pdfleet.patch import nixlcpu as nc
 
 
 def test_importing_nixlcpu_stays_light() -> None:

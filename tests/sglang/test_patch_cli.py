@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from pdfleet import patches, runtime
 from pdfleet.cli import main
+from pdfleet.patch import manifest as patches
+from pdfleet.patch import runtime
 
 
 def test_unsupported_version_exits_non_zero_listing_the_supported(capsys: pytest.CaptureFixture[str]) -> None:

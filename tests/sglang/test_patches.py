@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pdfleet import patches
+from pdfleet.patch import manifest as patches
 
 VERSIONS = patches.supported_versions()
 

@@ -7,7 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from pdfleet import patches, runtime
+from pdfleet.patch import manifest as patches
+from pdfleet.patch import runtime
 
 pytestmark = pytest.mark.sglang
 SCRIPT = Path(__file__).with_name("fuzz_bootstrap.py")

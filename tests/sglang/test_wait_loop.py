@@ -19,7 +19,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from pdfleet import patches, runtime
+from pdfleet.patch import manifest as patches
+from pdfleet.patch import runtime
 from pdfleet.simworker.scheduler import Event
 from pdfleet.simworker.waitloop import TYPE_WAITING, WaitLoop
 

@@ -1,6 +1,6 @@
 """The wedge on SGLang's real code: each pristine case fails the same assertion its patched case passes.
 
-Runs ``pdfleet.wedge`` in the heavy runtime (one subprocess per version and conn.py variant).
+Runs ``pdfleet.patch.wedge`` in the heavy runtime (one subprocess per version and conn.py variant).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from pdfleet import runtime, wedge
+from pdfleet.patch import runtime, wedge
 
 pytestmark = pytest.mark.sglang
 

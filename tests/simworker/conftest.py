@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from pdfleet.simworker.launch import REPO_ROOT, RouterSpec
+from pdfleet.testing.localpd import REPO_ROOT, RouterSpec
 
 SCRIPTS = REPO_ROOT / "scripts"
 

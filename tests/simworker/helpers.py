@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pdfleet.simworker.launch import HOST, REPO_ROOT, free_port, http_get, http_json, stop_process
+from pdfleet.testing.localpd import HOST, REPO_ROOT, free_port, http_get, http_json, stop_process
 
 
 class Worker:

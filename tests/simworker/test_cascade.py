@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-from pdfleet.simworker.client import chat_body
-from pdfleet.simworker.launch import HOST, LocalPD, RouterSpec, http_get, http_json
+from pdfleet.testing.localpd import HOST, LocalPD, RouterSpec, http_get, http_json
+from pdfleet.testing.simclient import chat_body
 
 from .helpers import stage_counts, wait_until
 
@@ -38,7 +38,7 @@ SURVIVES = {("0.5.15.post1", "pristine"): False, ("0.5.15.post1", "patched"): Tr
 
 
 def _runtime(version: str):
-    from pdfleet.runtime import ensure_runtime
+    from pdfleet.patch.runtime import ensure_runtime
 
     return ensure_runtime([version])  # built once and cached; never skipped
 
@@ -48,7 +48,7 @@ def _kill_mid_stream(pd: LocalPD, log: Path) -> int:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "scripts")}
     # ~4k-token prompts: 0.2 s of simulated prefill each, so the prefill queue backs up behind the sessions.
     url = pd.router_url + "/v1/chat/completions"
-    cmd = [sys.executable, "-m", "pdfleet.simworker.client", "sessions", "--url", url,
+    cmd = [sys.executable, "-m", "pdfleet.testing.simclient", "sessions", "--url", url,
            "-n", str(SESSIONS), "--model", pd.model, "--prompt", "x" * 4000, "--prompt-repeat", "4",
            "--max-tokens", "2000"]
     first = 0

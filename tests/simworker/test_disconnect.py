@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pdfleet.simworker.client import chat_body
-from pdfleet.simworker.launch import HOST, RouterSpec, free_port, http_get, http_json, stop_process
+from pdfleet.testing.localpd import HOST, RouterSpec, free_port, http_get, http_json, stop_process
+from pdfleet.testing.simclient import chat_body
 
 from .helpers import Worker, pd_request, stage_counts, wait_until
 

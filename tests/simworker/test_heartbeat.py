@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from pdfleet.simworker.client import chat_body
 from pdfleet.simworker.heartbeat import HeartbeatSettings, PrefillHeartbeat
-from pdfleet.simworker.launch import HOST, free_port
+from pdfleet.testing.localpd import HOST, free_port
+from pdfleet.testing.simclient import chat_body
 
 from .helpers import Worker, pd_request, wait_until
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from pdfleet.simworker.client import chat_body
-from pdfleet.simworker.launch import HOST, free_port, http_get, http_json
+from pdfleet.testing.localpd import HOST, free_port, http_get, http_json
+from pdfleet.testing.simclient import chat_body
 
 from .helpers import Worker, open_and_drop, pd_request, stage_counts, wait_until
 

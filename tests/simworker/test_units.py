@@ -116,7 +116,7 @@ def test_package_imports_without_heavy_deps() -> None:
     import sys
 
     code = ("import sys, pdfleet.simworker, pdfleet.simworker.args, pdfleet.simworker.engine, "
-            "pdfleet.simworker.metrics, pdfleet.simworker.kv, pdfleet.simworker.launch, pdfleet.simworker.client, "
+            "pdfleet.simworker.metrics, pdfleet.simworker.kv, pdfleet.testing.localpd, pdfleet.testing.simclient, "
             "pdfleet.simworker.kvreal, pdfleet.simworker.kvfake\n"
             "bad = [m for m in ('torch', 'sglang', 'aiohttp', 'zmq') if m in sys.modules]\n"
             "assert not bad, bad")

@@ -3,7 +3,7 @@
     python capture_real_logs.py VERSION CONN_FILE OUT_FILE
 
 Runs the real ``bootstrap_thread`` and ``transfer_worker`` of ``CONN_FILE`` (pristine or patched) on CPU
-through :mod:`pdfleet.nixlcpu`, with the log format of our workers (``[time] message``, DEBUG for the conn
+through :mod:`pdfleet.patch.nixlcpu`, with the log format of our workers (``[time] message``, DEBUG for the conn
 module) and Python's own report of a dying thread, and writes everything they print to ``OUT_FILE``:
 
 1. a decode registers and bootstraps rooms 7 and 8; the decode sends ``ABORT`` for room 8, then for room 99
@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from pdfleet import nixlcpu
+from pdfleet.patch import nixlcpu
 
 FORMAT = "[%(asctime)s] %(message)s"  # pdfleet.simworker's format; SGLang's own adds a rank prefix
 

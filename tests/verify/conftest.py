@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pdfleet.simworker.launch import REPO_ROOT, LocalPD, RouterSpec, free_port
+from pdfleet.testing.localpd import REPO_ROOT, LocalPD, RouterSpec, free_port
 
 SGLANG_VERSION = "0.5.15.post1"
 
@@ -81,7 +81,7 @@ def runtime() -> Any:
     Built (once, cached under .cache/runtime or $PDFLEET_RUNTIME_DIR) when missing, so `pytest tests/verify`
     on a fresh clone runs these tests instead of skipping them.
     """
-    from pdfleet.runtime import ensure_runtime
+    from pdfleet.patch.runtime import ensure_runtime
 
     return ensure_runtime([SGLANG_VERSION])
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from pdfleet.cli import main as pdfleet_main
-from pdfleet.simworker.launch import free_port
+from pdfleet.testing.localpd import free_port
 from pdfleet.verify.report import Report
 from pdfleet.verify.result import CheckResult
 

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from pdfleet import runtime
+from pdfleet.patch import runtime
 from pdfleet.verify.logs import FileLogs, logs_check
 from pdfleet.verify.settings import Settings
 from pdfleet.verify.signatures import ABORT_HANDLED, scan_text

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 from pdfleet.paths import REPO_ROOT
-from pdfleet.simworker.launch import RouterSpec
+from pdfleet.testing.localpd import RouterSpec
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from pdfleet import fleet
-from pdfleet.simworker.launch import HOST, LocalPD, RouterSpec, free_port, stop_process
+from pdfleet.testing.localpd import HOST, LocalPD, RouterSpec, free_port, stop_process
 from pdfleet.watchdog.actions import FleetActions
 from pdfleet.watchdog.loop import Config, Watchdog
 from pdfleet.watchdog.remediate import Remediator

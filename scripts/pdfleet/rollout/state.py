@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdfleet import patches
 from pdfleet.fleet.pairs import Pair
 from pdfleet.fleet.router import RouterWorker
+from pdfleet.patch import manifest as patches
 
 RECORD_NAME = "pdfleet-record.json"
 

@@ -9,7 +9,7 @@ SSH on a private bridge, that Ansible converges like real hosts.
 
 from .hosts import down, ssh, status, up
 from .image import GOLDEN_PACKAGES, RUNTIME_MOUNT, RUNTIME_PACKAGES
-from .model import (
+from .types import (
     DEFAULT_CACHE_DIR,
     DEFAULT_STATE_DIR,
     HostStatus,

@@ -14,10 +14,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pdfleet.runtime import BASE_REQUIREMENTS
+from pdfleet.patch.runtime import BASE_REQUIREMENTS
 
-from .model import Progress, SimError
 from .system import cgroup_joiner, pid_alive, remove_cgroup, run, run_logged, safe_rmtree
+from .types import Progress, SimError
 
 SUITE = "bookworm"
 
@@ -94,7 +94,7 @@ touch -d 2000-01-01 /var/lib/apt/lists
 
 # The heavy Python runtime the simulated SGLang workers use; extend this one list.
 # The simulated workers import SGLang's real NIXL code: the same CPU runtime the patch tests use (one list,
-# in pdfleet.runtime); the version-specific packages go into each host's service venv (the sglang role).
+# in pdfleet.patch.runtime); the version-specific packages go into each host's service venv (the sglang role).
 RUNTIME_PACKAGES: tuple[str, ...] = BASE_REQUIREMENTS
 RUNTIME_MOUNT = "/opt/pdfleet-runtime"
 

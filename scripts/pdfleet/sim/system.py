@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from .model import Progress, SimError
+from .types import Progress, SimError
 
 REQUIRED_TOOLS = {
     "systemd-nspawn": "systemd-container",

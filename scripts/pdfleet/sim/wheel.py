@@ -24,6 +24,8 @@ from pdfleet.paths import REPO_ROOT
 PACKAGE_DIR = REPO_ROOT / "scripts" / "pdfleet"
 DEFAULT_CACHE = REPO_ROOT / ".cache" / "pdfleet-wheels"
 SOURCE_SUFFIXES = (".py", ".yml", ".typed")
+# pdfleet.testing holds helpers for tests and benchmarks: never shipped to the hosts.
+NOT_SHIPPED = "testing"
 
 
 class WheelError(Exception):
@@ -40,7 +42,7 @@ class Wheel:
 
 def source_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
     return sorted(p for p in package_dir.rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES
-                  and "__pycache__" not in p.parts)
+                  and "__pycache__" not in p.parts and p.relative_to(package_dir).parts[0] != NOT_SHIPPED)
 
 
 def source_hash(package_dir: Path = PACKAGE_DIR, pyproject: Path = REPO_ROOT / "pyproject.toml") -> str:
@@ -73,7 +75,8 @@ def ensure_wheel(cache_dir: Path = DEFAULT_CACHE, repo: Path = REPO_ROOT) -> Whe
         src = Path(tmp) / "src"
         # A copy of what the build reads, so the build leaves nothing (build/, *.egg-info) in the repository.
         shutil.copytree(repo / "scripts" / "pdfleet", src / "scripts" / "pdfleet",
-                        ignore=shutil.ignore_patterns("__pycache__"))
+                        ignore=lambda d, names: [n for n in names if n == "__pycache__"
+                                                 or (Path(d) == repo / "scripts" / "pdfleet" and n == NOT_SHIPPED)])
         for name in ("pyproject.toml", "README.md"):
             shutil.copy2(repo / name, src / name)
         out = Path(tmp) / "out"

@@ -2,6 +2,6 @@
 
 It takes the same command line as SGLang, serves SGLang's HTTP API shapes, and in PD mode runs the
 real prefill/decode handshake over ZMQ against the installed SGLang's real ``NixlKVManager``
-threads (through :mod:`pdfleet.nixlcpu`), so a wedge of those threads hangs it as in production.
+threads (through :mod:`pdfleet.patch.nixlcpu`), so a wedge of those threads hangs it as in production.
 Importing this package needs neither torch, SGLang, aiohttp nor pyzmq.
 """

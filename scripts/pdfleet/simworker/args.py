@@ -47,7 +47,7 @@ class SimSettings:
     decode_tokens_per_s: float = DEFAULT_DECODE_TOKENS_PER_S
     max_tokens_default: int = DEFAULT_MAX_TOKENS
     abort_delay_s: float = DEFAULT_ABORT_DELAY_S
-    # "sglang": the real NixlKVManager of the installed SGLang (via pdfleet.nixlcpu);
+    # "sglang": the real NixlKVManager of the installed SGLang (via pdfleet.patch.nixlcpu);
     # "fake": a light stand-in for tests without the heavy runtime.
     kv_backend: str = "sglang"
     # Only for kv_backend=fake: emulate the affected versions, whose reader thread dies on ABORT.

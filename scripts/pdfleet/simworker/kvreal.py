@@ -1,4 +1,4 @@
-"""The real KV seam: SGLang's own ``NixlKVManager`` threads, through :mod:`pdfleet.nixlcpu`.
+"""The real KV seam: SGLang's own ``NixlKVManager`` threads, through :mod:`pdfleet.patch.nixlcpu`.
 
 Prefill: :func:`real_prefill_kv` builds one :class:`RealRankKV` per TP rank, each wrapping a
 ``nixlcpu.CpuPrefill``: the installed SGLang's (or a given pristine/patched copy of)
@@ -30,7 +30,7 @@ def installed_sglang_version() -> str:
     except metadata.PackageNotFoundError:
         raise RuntimeError(
             "SGLang is not installed in this python: run the simulated worker with the runtime "
-            "interpreter (pdfleet.runtime), or set PDFLEET_SIM_KV_BACKEND=fake for a light stand-in"
+            "interpreter (pdfleet.patch.runtime), or set PDFLEET_SIM_KV_BACKEND=fake for a light stand-in"
         ) from None
 
 
@@ -63,7 +63,7 @@ class RealRankKV:
 
     def __init__(self, bind_ip: str, conn_file: str | None = None, version: str | None = None,
                  tp_rank: int = 0, tp_size: int = 1) -> None:
-        from pdfleet import nixlcpu
+        from pdfleet.patch import nixlcpu
 
         self._version = version or installed_sglang_version()
         conn = nixlcpu.load_conn_module(conn_file or None)
@@ -146,7 +146,7 @@ class RealDecodeFrames:
     """The pinned SGLang version's decode frames, from nixlcpu's builders."""
 
     def __init__(self, version: str | None = None) -> None:
-        from pdfleet import nixlcpu
+        from pdfleet.patch import nixlcpu
 
         self._nixlcpu = nixlcpu
         self._version = version or installed_sglang_version()

@@ -1,9 +1,9 @@
 """Run SGLang's real NIXL prefill-side threads on CPU, and speak the decode side's wire format.
 
-This is a stable API for code that runs inside the heavy runtime interpreter (see ``pdfleet.runtime``):
-the wedge reproduction (``pdfleet.wedge``) and the simulated prefill/decode workers. It imports no
+This is a stable API for code that runs inside the heavy runtime interpreter (see ``pdfleet.patch.runtime``):
+the wedge reproduction (``pdfleet.patch.wedge``) and the simulated prefill/decode workers. It imports no
 torch, SGLang or pyzmq at module import time; the SGLang conn module is passed in (see
-:func:`load_conn_module`), so ``import pdfleet.nixlcpu`` is cheap anywhere.
+:func:`load_conn_module`), so ``import pdfleet.patch.nixlcpu`` is cheap anywhere.
 
 Two halves:
 
@@ -63,7 +63,7 @@ def frame_layout(version: str) -> str:
     except KeyError:
         raise NixlCpuError(
             f"no decode frame layout for SGLang {version}; known: {', '.join(FRAME_LAYOUTS)}. "
-            f"Read that version's NixlKVReceiver and add a layout to pdfleet.nixlcpu.FRAME_LAYOUTS."
+            f"Read that version's NixlKVReceiver and add a layout to pdfleet.patch.nixlcpu.FRAME_LAYOUTS."
         ) from None
 
 
@@ -242,7 +242,7 @@ def load_conn_module(conn_file: Path | str | None = None) -> ModuleType:
             f"{CONN_MODULE} is already loaded from {loaded.__file__}; use a fresh process for {path}"
         )
     if not path.is_file():
-        raise NixlCpuError(f"{path} does not exist; build the runtime (pdfleet.runtime) first")
+        raise NixlCpuError(f"{path} does not exist; build the runtime (pdfleet.patch.runtime) first")
     parent_name, _, child = CONN_MODULE.rpartition(".")
     parent = importlib.import_module(parent_name)
     spec = importlib.util.spec_from_file_location(CONN_MODULE, path)

@@ -11,10 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from pdfleet import patches, versions
+from pdfleet import versions
 from pdfleet.cluster import plan_of
 from pdfleet.inventory import add_inventory_arguments, load_inventory, source_from_args
-from pdfleet.patchcli import patch_subcommands
+from pdfleet.patch import manifest as patches
+from pdfleet.patch.cli import patch_subcommands
 from pdfleet.remote import RemoteError, connection_for, run
 from pdfleet.table import format_table
 

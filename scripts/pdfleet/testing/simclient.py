@@ -1,6 +1,6 @@
 """A small OpenAI-compatible streaming client, standard library only.
 
-``python -m pdfleet.simworker.client sessions --url URL -n 60`` opens ``n`` concurrent streaming chat
+``python -m pdfleet.testing.simclient sessions --url URL -n 60`` opens ``n`` concurrent streaming chat
 sessions (like a parallel agent's tool calls) and prints one line per event (``open i``,
 ``first-token i``, ``done i``, ``error i …``), flushing each, until every session ended or the
 process is killed. Killing it with SIGKILL drops every connection at once: the abort cascade.
@@ -120,7 +120,7 @@ def run_sessions(url: str, n: int, model: str, prompt: str, max_tokens: int, tim
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pdfleet.simworker.client")
+    p = argparse.ArgumentParser(prog="python -m pdfleet.testing.simclient")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("sessions", help="n concurrent streaming chat sessions")
     s.add_argument("--url", required=True, help="the chat completions URL")

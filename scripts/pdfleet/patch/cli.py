@@ -2,7 +2,7 @@
 
 ``pdfleet patch check --sglang-version V`` downloads the sglang==V wheel if it is not cached, applies
 the patch to a scratch copy of its ``nixl/conn.py`` (hashes verified), builds or reuses the CPU runtime
-(``pdfleet.runtime``), runs the wedge cases (``pdfleet.wedge``) on the pristine and the patched file and
+(``pdfleet.patch.runtime``), runs the wedge cases (``pdfleet.patch.wedge``) on the pristine and the patched file and
 prints one row per case. Exit codes: 0 every case behaved as expected (pristine wedges where the
 version is known to, patched always serves), 1 a case did not, 2 could not run (unsupported version,
 build failure).
@@ -17,7 +17,8 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from pdfleet import patches, runtime, wedge
+from pdfleet.patch import manifest as patches
+from pdfleet.patch import runtime, wedge
 from pdfleet.table import format_table
 
 

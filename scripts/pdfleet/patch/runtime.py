@@ -5,14 +5,14 @@ Layout under ``root`` (default ``<repo>/.cache/runtime``, or ``$PDFLEET_RUNTIME_
     base/                          a venv: CUDA torch 2.14.1 + torchvision 0.29.1 + common deps (~6 GB)
     overlay-<version>/             pip --target: sglang==<version> (--no-deps) + its transformers pin …
     conn-<version>/pristine/conn.py   the wheel's sglang/srt/disaggregation/nixl/conn.py
-    conn-<version>/patched/conn.py    the same with pdfleet's patch applied (pdfleet.patches)
+    conn-<version>/patched/conn.py    the same with pdfleet's patch applied (pdfleet.patch.manifest)
 
 Run code with ``base/bin/python`` and ``PYTHONPATH=overlay-<version>``, and load the pristine or patched
-conn.py with ``pdfleet.nixlcpu.load_conn_module``. Each part holds a ``.pdfleet-recipe`` stamp with the
+conn.py with ``pdfleet.patch.nixlcpu.load_conn_module``. Each part holds a ``.pdfleet-recipe`` stamp with the
 hash of the recipe that built it: :func:`ensure_runtime` rebuilds a part only when its recipe changed
 (or a build was interrupted) and otherwise returns at once. Progress goes to stderr.
 
-Build from the command line: ``python -m pdfleet.runtime [--root DIR] [VERSION ...]``.
+Build from the command line: ``python -m pdfleet.patch.runtime [--root DIR] [VERSION ...]``.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pdfleet import patches
 from pdfleet.errors import PdfleetError
+from pdfleet.patch import manifest as patches
 from pdfleet.paths import REPO_ROOT
 from pdfleet.versions import OVERLAY_REQUIREMENTS
 
@@ -254,7 +254,7 @@ def ensure_runtime(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pdfleet.runtime", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m pdfleet.patch.runtime", description=__doc__.split("\n")[0])
     parser.add_argument("versions", nargs="*", help="SGLang versions (default: every patched version)")
     parser.add_argument("--root", type=Path, default=None, help="runtime folder (default: %(default)s)")
     args = parser.parse_args(argv)

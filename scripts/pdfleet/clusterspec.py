@@ -136,7 +136,7 @@ class ServiceSpec:
 
 
 @dataclass(frozen=True)
-class ClusterModel:
+class ClusterSpec:
     """The whole cluster: the value of the inventory variable `pdfleet_cluster`."""
 
     profile: Profile
@@ -153,13 +153,13 @@ class ClusterModel:
 ROOT_VARIABLE = "pdfleet_cluster"
 
 
-def parse_cluster(data: object) -> ClusterModel:
+def parse_cluster(data: object) -> ClusterSpec:
     """Parse the raw `pdfleet_cluster` value; raise PlanError listing every problem found."""
     problems: list[Problem] = []
-    result = _parse(ClusterModel, data, ROOT_VARIABLE, problems)
+    result = _parse(ClusterSpec, data, ROOT_VARIABLE, problems)
     if problems:
         raise PlanError(problems)
-    assert isinstance(result, ClusterModel)
+    assert isinstance(result, ClusterSpec)
     return result
 
 

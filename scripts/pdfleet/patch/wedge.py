@@ -1,6 +1,6 @@
 """Reproduce the NIXL bootstrap-thread wedge on SGLang's real code, pristine and patched.
 
-Each case drives a real prefill ``NixlKVManager`` (``pdfleet.nixlcpu.CpuPrefill``) with decode-style
+Each case drives a real prefill ``NixlKVManager`` (``pdfleet.patch.nixlcpu.CpuPrefill``) with decode-style
 frames on loopback ZMQ, then sends a *probe*: a valid transfer info for a new room, followed by its
 (dummy) KV chunk. A healthy thread registers the probe (``WaitingForInput``) and the transfer worker
 completes it (``Success``); a dead thread never does: that is the wedge.
@@ -15,8 +15,8 @@ Cases (the same for every version):
   then the probe.
 
 :data:`EXPECTED_ALIVE` says, per version, whether the pristine thread survives each case (the patched
-one always must). The cases run inside the heavy runtime (``pdfleet.runtime``) as
-``python -m pdfleet.wedge --version V --conn-file F --out JSON``; :func:`run_cases` does that from the
+one always must). The cases run inside the heavy runtime (``pdfleet.patch.runtime``) as
+``python -m pdfleet.patch.wedge --version V --conn-file F --out JSON``; :func:`run_cases` does that from the
 light interpreter and :func:`evaluate` judges a result.
 """
 
@@ -111,7 +111,7 @@ def _states(prefill: Any, rooms: Sequence[int]) -> dict[str, int]:
 
 def run_case(conn: Any, version: str, variant: str, case: str) -> CaseResult:
     """Run one case in this (runtime) process with the given conn module."""
-    from pdfleet import nixlcpu as nc
+    from pdfleet.patch import nixlcpu as nc
 
     capture = _Capture()
     logger = logging.getLogger(conn.__name__)
@@ -236,15 +236,15 @@ def run_cases(
 
     ``conn_file`` replaces the runtime's own pristine/patched copy (e.g. a scratch copy to check).
     """
-    from pdfleet.runtime import Runtime, default_root
+    from pdfleet.patch.runtime import Runtime, default_root
 
     rt = Runtime(runtime_root or default_root())
     if not rt.is_ready(version):
         raise WedgeRunError(f"the runtime for SGLang {version} is not built in {rt.root}: run "
-                            f"`python -m pdfleet.runtime {version}` (or `pdfleet patch check`) first")
+                            f"`python -m pdfleet.patch.runtime {version}` (or `pdfleet patch check`) first")
     with tempfile.TemporaryDirectory(prefix="pdfleet-wedge-") as tmp:
         out = Path(tmp) / "result.json"
-        cmd = [str(rt.python), "-m", "pdfleet.wedge", "--version", version,
+        cmd = [str(rt.python), "-m", "pdfleet.patch.wedge", "--version", version,
                "--conn-file", str(conn_file or rt.conn_file(version, patched)),
                "--variant", "patched" if patched else "pristine", "--out", str(out), *cases]
         try:
@@ -252,7 +252,7 @@ def run_cases(
                                   timeout=timeout, check=False)
         except subprocess.TimeoutExpired as e:
             raise WedgeRunError(f"the wedge runner for {version} ran past {timeout:.0f}s; "
-                                "a case is stuck: run it by hand with `python -m pdfleet.wedge`") from e
+                                "a case is stuck: run it by hand with `python -m pdfleet.patch.wedge`") from e
         if proc.returncode != 0 or not out.is_file():
             tail = "\n".join(proc.stderr.strip().splitlines()[-20:])
             raise WedgeRunError(f"the wedge runner failed (exit {proc.returncode}):\n{tail}")
@@ -261,14 +261,14 @@ def run_cases(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point inside the runtime python: run cases, write a JSON list of CaseResult."""
-    parser = argparse.ArgumentParser(prog="python -m pdfleet.wedge")
+    parser = argparse.ArgumentParser(prog="python -m pdfleet.patch.wedge")
     parser.add_argument("--version", required=True)
     parser.add_argument("--conn-file", required=True, type=Path)
     parser.add_argument("--variant", required=True, choices=("pristine", "patched"))
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("cases", nargs="*", default=list(CASES))
     args = parser.parse_args(argv)
-    from pdfleet import nixlcpu
+    from pdfleet.patch import nixlcpu
 
     conn = nixlcpu.load_conn_module(args.conn_file)
     results = [asdict(run_case(conn, args.version, args.variant, c)) for c in args.cases]
