@@ -104,7 +104,8 @@ def router_bound(t: Timing, crash: bool) -> float:
     return (ROUTER_RESTART_SEC if crash else 0) + START_BUDGET_S + t.router_readmit_s
 
 
-@pytest.mark.long  # the catalogue's cluster costs ~5 min to converge: on demand, with the rest (pytest -m long tests/sim_faults)
+# The catalogue's cluster costs ~5 min to converge: on demand, with the rest (pytest -m long tests/sim_faults).
+@pytest.mark.long
 def test_kill9_prefill(fault_cluster: ScratchCluster, timing: Timing) -> None:
     """Issue 16: the prefill's main process SIGKILLed; systemd restarts it after RestartSec + hold-down."""
     assert _ok(fault_cluster)

@@ -223,10 +223,14 @@ def logs_check(workers: list[Worker], source: LogSource | None, s: Settings,
     if c["dropped_frame"] and not s.allow_dropped_frames:
         failures.append(f"{c['dropped_frame']} dropped/foreign KV frame warning(s): the thread survived, but a "
                         f"message was lost (e.g. {total.examples.get('dropped_frame', ['?'])[0]!r})")
-    # A monolithic (non-PD) cluster has no KV transfer and no ABORT message: there the client aborts the
-    # server logged (http_server "Client disconnected", the scheduler's "Abort ... request.") are the evidence.
+    # A monolithic (non-PD) cluster has no KV transfer and no ABORT message: there the client aborts are the
+    # evidence: the lines the server logs for them (http_server "Client disconnected", the scheduler's debug
+    # "Abort ... request.") or, since SGLang's OpenAI disconnect path logs nothing at info level, the increase of
+    # sglang:num_aborted_requests_total, which that path always counts (tokenizer_manager.abort_request:
+    # 0.5.15.post1 tokenizer_manager.py:1677-1692, 0.5.23 :2241-2265). The PD failure counters never count.
     is_pd = any(w.role in ("prefill", "decode") for w in workers)
-    aborts = total.aborts_handled if is_pd else c["abort"]
+    aborted_counter = int(sum(d.get("sglang:num_aborted_requests_total", 0.0) for d in (metric_deltas or {}).values()))
+    aborts = total.aborts_handled if is_pd else max(c["abort"], aborted_counter)
     deaths = total.deaths + before_total.deaths
     measured = {"thread_death": c["thread_death"] + early_deaths, "thread_death_before_protocol": early_deaths,
                 "transfer_error": c["transfer_error"] + before_total.counts["transfer_error"],
@@ -239,7 +243,8 @@ def logs_check(workers: list[Worker], source: LogSource | None, s: Settings,
     thresholds = {"thread_death": 0, "transfer_error": 0,
                   "dropped_frame": "counted only" if s.allow_dropped_frames else 0,
                   "abort_events_min": s.min_abort_events,
-                  "abort_evidence": "prefill handled a decode ABORT" if is_pd else "client abort lines (no PD)"}
+                  "abort_evidence": "prefill handled a decode ABORT" if is_pd
+                  else "client aborts: log lines or sglang:num_aborted_requests_total (no PD)"}
     status, summary = _logs_status(failures, unreadable, aborts, is_pd, s)
     if gaps:
         summary += f"; {len(gaps)} worker(s) without their log since the last start (deaths before the " \
@@ -276,6 +281,6 @@ def _logs_status(failures: list[str], unreadable: list[str], aborts: int, is_pd:
     if gap:
         return INCONCLUSIVE, gap
     if not is_pd:
-        return "pass", f"clean: 0 thread deaths, 0 transfer errors; {aborts} client aborts (no PD workers)"
+        return "pass", f"clean: 0 thread deaths, 0 transfer errors; {aborts} aborts of departed clients (no PD workers)"
     return "pass", (f"clean since the workers' last start: 0 thread deaths, 0 transfer errors; {aborts} ABORT "
                     "message(s) handled by the prefill")
