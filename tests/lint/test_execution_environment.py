@@ -40,3 +40,14 @@ def test_ansible_builder_creates_a_context_with_the_package(tmp_path: Path) -> N
     reqs = (ctx / "_build" / "requirements.txt").read_text()
     assert "fabric==3.2.3" in reqs and "pytest-testinfra" in reqs
     assert "community.general" in (ctx / "_build" / "requirements.yml").read_text()
+
+
+def test_watchdog_role_pins_are_the_projects() -> None:
+    """The watchdog's virtualenv repeats a few pins of pyproject.toml (a role must stand alone): kept in step here."""
+    import yaml
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    pins = set(project["dependencies"]) | set(project["optional-dependencies"]["dev"])
+    defaults = yaml.safe_load((REPO_ROOT / "ansible/roles/pdfleet_watchdog/defaults/main.yml").read_text())
+    packages = defaults["pdfleet_watchdog_python_packages"]
+    assert packages and set(packages) <= pins, set(packages) - pins
