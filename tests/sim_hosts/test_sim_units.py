@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from pdfleet.sim import SimError, SimHost, SimNetwork, image
 from pdfleet.sim import hosts as sim_hosts
+from pdfleet.sim.hosttypes import SimCluster, validate_host_name
 from pdfleet.sim.network import validate
-from pdfleet.sim.types import SimCluster, validate_host_name
 
 NET = SimNetwork("pdfleet0", "10.77.0.0/24", "10.77.0.1")
 

@@ -8,8 +8,7 @@ SSH on a private bridge, that Ansible converges like real hosts.
 """
 
 from .hosts import down, ssh, status, up
-from .image import GOLDEN_PACKAGES, RUNTIME_MOUNT, RUNTIME_PACKAGES
-from .types import (
+from .hosttypes import (
     DEFAULT_CACHE_DIR,
     DEFAULT_STATE_DIR,
     HostStatus,
@@ -18,6 +17,7 @@ from .types import (
     SimHost,
     SimNetwork,
 )
+from .image import GOLDEN_PACKAGES, RUNTIME_MOUNT, RUNTIME_PACKAGES
 
 __all__ = [
     "DEFAULT_CACHE_DIR",

@@ -53,7 +53,7 @@ from email.utils import formatdate
 from functools import partial
 from pathlib import Path
 
-from .types import DEFAULT_CACHE_DIR, SimError
+from .hosttypes import DEFAULT_CACHE_DIR, SimError
 
 STANDIN = "pdfleet sim stand-in"
 BANNER = f"[{STANDIN}: simulated hardware, not NVIDIA software]"

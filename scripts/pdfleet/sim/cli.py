@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from . import hosts
-from .types import DEFAULT_CACHE_DIR, DEFAULT_STATE_DIR, SimError, SimHost, SimNetwork
+from .hosttypes import DEFAULT_CACHE_DIR, DEFAULT_STATE_DIR, SimError, SimHost, SimNetwork
 
 DEFAULT_BRIDGE = "pdfleet0"
 DEFAULT_CIDR = "10.77.0.0/24"

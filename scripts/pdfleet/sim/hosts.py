@@ -20,6 +20,16 @@ from pathlib import Path
 
 from . import aptrepo, image
 from . import network as simnet
+from .hosttypes import (
+    DEFAULT_CACHE_DIR,
+    HostStatus,
+    Progress,
+    SimCluster,
+    SimError,
+    SimHost,
+    SimNetwork,
+    validate_host_name,
+)
 from .system import (
     cgroup_joiner,
     cgroup_pids,
@@ -36,16 +46,6 @@ from .system import (
     undo_nspawn_host,
     unmount_all,
     wait_until,
-)
-from .types import (
-    DEFAULT_CACHE_DIR,
-    HostStatus,
-    Progress,
-    SimCluster,
-    SimError,
-    SimHost,
-    SimNetwork,
-    validate_host_name,
 )
 
 CLUSTER_FILE = "cluster.json"

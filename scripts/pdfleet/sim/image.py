@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pdfleet.patch.runtime import BASE_REQUIREMENTS
 
+from .hosttypes import Progress, SimError
 from .system import cgroup_joiner, pid_alive, remove_cgroup, run, run_logged, safe_rmtree
-from .types import Progress, SimError
 
 SUITE = "bookworm"
 

@@ -7,8 +7,8 @@ import ipaddress
 import json
 from pathlib import Path
 
+from .hosttypes import SimError, SimHost, SimNetwork
 from .system import _load_hostprep, _save_hostprep, run
-from .types import SimError, SimHost, SimNetwork
 
 NFT_PREFIX = "pdfleet_sim_"
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")

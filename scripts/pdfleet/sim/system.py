@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from .types import Progress, SimError
+from .hosttypes import Progress, SimError
 
 REQUIRED_TOOLS = {
     "systemd-nspawn": "systemd-container",
