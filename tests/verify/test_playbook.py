@@ -69,7 +69,8 @@ def test_verify_playbook(runtime, router: RouterSpec, tmp_path: Path) -> None:
     status = {c["name"]: c["status"] for c in data["checks"]}
     assert status == {"config": "pass", "liveness": "pass", "cascade": "pass", "recovery": "pass",
                       "logs": "inconclusive", "bench": "no-baseline"}, status
-    assert data["exit_code"] == 2 and data["target"]["inventory"] == str(inv)
+    # the play hands verify the preflight's plan document (--plan), not the inventory to plan again
+    assert data["exit_code"] == 2 and data["target"]["plan"]["schema"] == "pdfleet-plan/1"
     journal = report.with_name(report.stem + "-journal") / "node1"
     assert sorted(p.name for p in journal.iterdir()) == ["pdfleet-decode0.log", "pdfleet-prefill0.log"]
     assert data["checks"][4]["measured"]["source"] == "journal dumps"
