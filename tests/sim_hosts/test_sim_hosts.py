@@ -75,11 +75,19 @@ def test_up_again_is_a_no_op(sim_cluster: SimCluster):
     assert all(pid for pid in after.values())
 
 
+def _comm(pid: int) -> str:
+    """A process's name; '' when it exited since the cgroup was listed (the host's processes come and go)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
 def test_killed_host_is_restarted_by_up(sim_cluster: SimCluster):
     victim = sim_cluster.hosts[1]
     _ssh(sim_cluster, victim.name, "echo survives > /root/marker")
     machine = machine_name(sim_cluster.state_dir, victim.name)
-    nspawn = [p for p in cgroup_pids(machine) if Path(f"/proc/{p}/comm").read_text().strip() == "systemd-nspawn"]
+    nspawn = [p for p in cgroup_pids(machine) if _comm(p) == "systemd-nspawn"]
     assert nspawn, "no systemd-nspawn process found for the host"
     for pid in nspawn:
         os.kill(pid, signal.SIGKILL)
