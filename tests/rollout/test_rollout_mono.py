@@ -30,9 +30,10 @@ import yaml
 from fleet.loadgen import Load
 from pdfleet import fleet
 from pdfleet.cluster import plan_inventory
+from pdfleet.inventory import load_inventory
 from pdfleet.paths import REPO_ROOT
+from pdfleet.remote import connection_for, run
 from pdfleet.watchdog.actions import FleetActions
-from pdfleet.watchdog.cli import _ssh_runner
 from pdfleet.watchdog.remediate import Remediator
 from pdfleet.watchdog.state import PairTracker, State
 from simcluster import BIN, ScratchCluster
@@ -198,7 +199,11 @@ def test_watchdog_restart_heals_the_mono_pair_of_one(mono: ScratchCluster) -> No
     pairs = fleet.pairs_from_plan(p)
     model = str(p.model.get("served_name") or p.model["name"])
     router = fleet.RouterClient(p.router_url)
-    ssh = _ssh_runner(c.inventory)
+    inv = load_inventory(c.inventory)
+
+    def ssh(host: str, command: str) -> tuple[int, str, str]:
+        return run(connection_for(inv, host), command, timeout=120)
+
     pid_before = c.ssh(f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
     actions = FleetActions(router, model, p.sglang.get("version"), ssh, ssh, startup_timeout_s=300)
     said: list[str] = []
