@@ -82,3 +82,28 @@ def test_fleet_gate_refuses_when_too_few_pairs_serve(local_pd: LocalPD, tmp_path
     out = _module("pdfleet_fleet_gate", {"router_url": pd.router_url, "host": "local", "model": pd.model,
                                          "plan": plan, "min_pairs": 1}, tmp_path)
     assert out["failed"] is True and "only 0 other pair(s) serve" in out["msg"], out
+
+
+def test_pair_gate_reads_journals_through_the_inventory(local_pd: LocalPD, tmp_path: Path) -> None:
+    """pdfleet_pair_gate with an inventory loads it with ansible-core's controller code, which cannot be
+    imported inside the module's AnsiballZ payload: the gate runs in its own interpreter
+    (pdfleet.fleet.gaterun). Here the pair's host is in an inventory whose SSH port refuses: the protocol runs and
+    the logs check names the SSH failure, never an import error from the payload."""
+    pd = local_pd
+    inv = tmp_path / "inv"
+    inv.mkdir()
+    (inv / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"node1": {
+        "ansible_host": "127.0.0.1", "ansible_port": 1, "ansible_user": "nobody"}}}}))
+    pair = _pair(pd)
+    for m in pair["members"]:
+        m["host"] = "node1"
+    report = tmp_path / "gate.json"
+    out = _module("pdfleet_pair_gate", {"pair": pair, "model": pd.model, "inventory": str(inv), "report": str(report),
+                                        "settings": {"concurrency": 8, "window_s": 2.0}}, tmp_path)
+    assert out.get("failed") is True, out  # the journals cannot be read: the gate cannot pass
+    logs = next(f for f in out["gate"]["failures"] if f["check"] == "logs")
+    problems = " ".join(logs["problems"]) if "problems" in logs else json.dumps(logs)
+    assert "journalctl over SSH on node1 failed" in problems, logs
+    assert "cannot import" not in problems and "module_utils" not in problems, logs
+    checks = {c["name"]: c["status"] for c in json.loads(report.read_text())["report"]["checks"]}
+    assert checks["config"] == "pass" and checks["liveness"] == "pass", checks

@@ -32,7 +32,8 @@ from pdfleet import fleet
 from pdfleet.cluster import plan_inventory
 from pdfleet.inventory import load_inventory
 from pdfleet.paths import REPO_ROOT
-from pdfleet.remote import connection_for, run
+from pdfleet.remote import connection_for
+from pdfleet.remote import run as remote_run
 from pdfleet.watchdog.actions import FleetActions
 from pdfleet.watchdog.remediate import Remediator
 from pdfleet.watchdog.state import PairTracker, State
@@ -115,10 +116,14 @@ def test_rollout_drains_gates_and_readds_the_mono_instance(mono: ScratchCluster)
     assert watch.snapshots[0]["urls"] == [url]
     assert [] in [x["urls"] for x in watch.snapshots], watch.snapshots  # the router listed nobody: out, not hidden
     # gated alone, through a private router that knew only the mono worker, with the verification's checks
-    gate = tl["gate"]
-    assert gate["ok"] and gate["verdict"] == "pass", json.dumps(gate)[:3000]
-    assert [w["role"] for w in gate["report"]["target"]["workers"]] == ["mono"]
-    assert gate["report"]["target"]["router_url"] != c.router_url
+    assert tl["gate"]["ok"] and tl["gate"]["verdict"] == "pass", json.dumps(tl["gate"])[:3000]
+    gate_file = max(c.reports_dir.glob("rollout-run-*/rollout-*/node1-gate.json"), key=lambda f: f.stat().st_mtime)
+    gate = json.loads(gate_file.read_text())["report"]
+    assert [w["role"] for w in gate["target"]["workers"]] == ["mono"]
+    assert gate["target"]["router_url"] != c.router_url  # a private router, never the production one
+    checks = {x["name"]: x["status"] for x in gate["checks"]}
+    assert {n: checks.get(n) for n in ("config", "liveness", "cascade", "recovery", "logs")} == dict.fromkeys(
+        ("config", "liveness", "cascade", "recovery", "logs"), "pass"), checks
     # re-added, routing confirmed by the worker's own request counter
     assert tl["readd"]["confirmed"] and tl["readd"]["added"] == [url], tl["readd"]
     assert [w["url"] for w in _listed(c)] == [url]
@@ -202,7 +207,7 @@ def test_watchdog_restart_heals_the_mono_pair_of_one(mono: ScratchCluster) -> No
     inv = load_inventory(c.inventory)
 
     def ssh(host: str, command: str) -> tuple[int, str, str]:
-        return run(connection_for(inv, host), command, timeout=120)
+        return remote_run(connection_for(inv, host), command, timeout=120)
 
     pid_before = c.ssh(f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
     actions = FleetActions(router, model, p.sglang.get("version"), ssh, ssh, startup_timeout_s=300)
