@@ -120,7 +120,7 @@ def test_rollout_drains_gates_and_readds_the_mono_instance(mono: ScratchCluster)
     gate_file = max(c.reports_dir.glob("rollout-run-*/rollout-*/node1-gate.json"), key=lambda f: f.stat().st_mtime)
     gate = json.loads(gate_file.read_text())["report"]
     assert [w["role"] for w in gate["target"]["workers"]] == ["mono"]
-    assert gate["target"]["router_url"] != c.router_url  # a private router, never the production one
+    assert gate["target"]["router"].startswith("http://127.0.0.1:")  # a private router, never the production one
     checks = {x["name"]: x["status"] for x in gate["checks"]}
     assert {n: checks.get(n) for n in ("config", "liveness", "cascade", "recovery", "logs")} == dict.fromkeys(
         ("config", "liveness", "cascade", "recovery", "logs"), "pass"), checks
@@ -163,10 +163,10 @@ def test_watchdog_canaries_the_mono_pair_of_one(mono: ScratchCluster, tmp_path: 
         _wait_for("the first rounds", lambda: (_watchdog_state(state).get("rounds") or 0) >= 3, 120)
         doc = _watchdog_state(state)
         pair = doc["pairs"]["node1"]
-        assert list(doc["pairs"]) == ["node1"] and list(pair["workers"]) == ["mono0"], doc
+        assert list(doc["pairs"]) == ["node1"] and list(pair["workers"]) == [UNIT], doc
         assert pair["state"] == "OK" and pair["transitions"] == 0 and pair["in_router"] is True, pair
         assert pair["last_latency_s"] is not None and pair["last_success"], pair
-        assert pair["workers"]["mono0"]["journal"] is not None  # its journal was read over SSH
+        assert pair["workers"][UNIT]["journal"] is not None  # its journal was read over SSH
         print(f"\n[mono watchdog] OK after {doc['rounds']} rounds, canary {pair['last_latency_s']:.2f} s")
 
         stopped = time.time()
