@@ -1,6 +1,7 @@
 """The pdfleet_router_member module (ansible-playbook, delegated to this machine) against the real router and
 simulated workers on loopback: check mode changes nothing, absent/present are idempotent, present confirms
-routing; pdfleet_fleet_gate allows a one-pair cluster to go to zero and refuses min_pairs it cannot keep."""
+routing; pdfleet_fleet_gate allows a one-pair cluster to go to zero unless min_pairs is given, and refuses
+min_pairs it cannot keep; pdfleet_pair_gate reads the journals through the inventory."""
 
 from __future__ import annotations
 
@@ -56,9 +57,11 @@ def test_router_member_check_mode_and_idempotence(local_pd: LocalPD, tmp_path: P
     assert {s["url"] for s in specs} == {pd.prefill_url, pd.decode_url}
     assert _module("pdfleet_router_member", {**base, "state": "absent"}, tmp_path)["changed"] is False
 
-    out = _module("pdfleet_fleet_gate", {"router_url": pd.router_url, "host": "local", "model": pd.model,
-                                         "plan": {"hosts": {}}, "min_pairs": 1}, tmp_path)
+    gate = {"router_url": pd.router_url, "host": "local", "model": pd.model, "plan": {"hosts": {}}}
+    out = _module("pdfleet_fleet_gate", gate, tmp_path)
     assert out.get("failed") is not True and out["effective_min_pairs"] == 0  # a one-pair cluster may go to 0
+    out = _module("pdfleet_fleet_gate", {**gate, "min_pairs": 1}, tmp_path)  # unless min_pairs=1 is asked for
+    assert out.get("failed") is True and "only 0 other pair(s) serve (none), min_pairs is 1" in out["msg"], out
 
     out = _module("pdfleet_router_member", {**base, "state": "present", "specs": specs}, tmp_path)
     assert out["changed"] is True and out["readd"]["confirmed"] is True, out

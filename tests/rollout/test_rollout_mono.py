@@ -1,8 +1,9 @@
 """The fleet operations on mono-tp8 (issue 14: a mono instance is a pair of one), on one scratch copy of
 inventory/sim-mono staged pristine (apply_patch: false) with `site.yml --skip-tags verify`, in this order:
 
-1. rollout.yml to the patched stack under steady client load: the plan names the one-pair cluster, check mode
-   touches nothing, the mono worker leaves the router (its listing empties), is drained, patched, gated alone
+1. rollout.yml to the patched stack under steady client load: with min_pairs=1 asked for it is refused before
+   anything changes (one instance cannot keep a pair serving); unset, the plan names the one-pair cluster, check
+   mode touches nothing, the mono worker leaves the router (its listing empties), is drained, patched, gated alone
    through a private router (`--worker-urls`, the verification protocol's mono checks) and re-added with
    routing confirmed; in-flight requests finish, new ones in the window get a fast 503, never a hang;
 2. the watchdog watches the mono instance as a pair of one: OK on the patched stack; the stand-in has no KV
@@ -94,6 +95,20 @@ def test_rollout_drains_gates_and_readds_the_mono_instance(mono: ScratchCluster)
     assert doc["actions"]["node1"]["pair"]["members"][0]["role"] == "mono"
 
     ids = sorted(w["id"] for w in _listed(c))
+    # min_pairs=1 asked for: one mono instance cannot keep a pair serving while it rolls: refused, nothing changed
+    strict = _pdfleet("rollout", "plan", "-i", str(c.inventory), "--min-pairs", "1")
+    assert strict.returncode == 1 and "REFUSED: batch 1 (node1) would leave 0 serving pair(s)" in strict.stdout, \
+        strict.stdout + strict.stderr
+    refused = rollout(c, "-e", "pdfleet_rollout_min_pairs=1")
+    print(f"\n[mono rollout, min_pairs=1] rc {refused.rc} in {refused.seconds:.0f} s: "
+          + next((x.strip() for x in refused.stdout.splitlines() if "rollout refused" in x), "(no refusal line)"))
+    assert refused.rc != 0 and refused.report is None, refused.stdout[-4000:]
+    assert "rollout refused, nothing changed: batch 1 (node1) would leave 0 serving pair(s), fewer than min_pairs=1" \
+        in refused.stdout and "pdfleet_rollout_min_pairs lower" in refused.stdout, refused.stdout[-4000:]
+    assert refused.recap()["node1"]["changed"] == 0, refused.recap()
+    assert sorted(w["id"] for w in _listed(c)) == ids  # the mono worker never left the router
+    assert "pristine" in _pdfleet("rollout", "status", "-i", str(c.inventory)).stdout
+
     check = rollout(c, "--check", "--diff")
     assert check.rc == 0, check.stdout[-4000:]
     assert sorted(w["id"] for w in _listed(c)) == ids  # check mode left the router alone
