@@ -37,9 +37,8 @@ started: {description: Epoch when the gate began., type: float, returned: always
 finished: {description: Epoch when it ended., type: float, returned: always}
 """
 
-import json  # noqa: E402 - Ansible modules put their documentation first
-import subprocess  # noqa: E402
-import sys  # noqa: E402
+import io  # noqa: E402 - Ansible modules put their documentation first
+import json  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -47,6 +46,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 try:
     from pdfleet import fleet
+    from pdfleet.verify.logs import SSHJournalLogs
 except ImportError as exc:  # pragma: no cover
     IMPORT_ERROR: ImportError | None = exc
 else:
@@ -75,26 +75,17 @@ def main() -> None:
                          started=started, finished=started)
     pair = fleet.Pair.from_dict(p["pair"])
     try:
-        fleet.gate_settings(**p["settings"])
+        settings = fleet.gate_settings(**p["settings"])
     except TypeError as e:
         module.fail_json(msg=f"{pair.host}: bad gate setting ({e}); see pdfleet verify --help for the names")
-    # In a child interpreter: here `ansible` is AnsiballZ's payload, and the journal reader needs the
-    # controller's ansible-core to load the inventory (pdfleet.fleet.gaterun says why).
-    args = {k: p[k] for k in ("pair", "model", "sglang_version", "settings", "inventory")}
-    proc = subprocess.run([sys.executable, "-m", "pdfleet.fleet.gaterun"], input=json.dumps(args),
-                          capture_output=True, text=True, check=False)
-    progress = proc.stderr.splitlines()[-40:]
-    try:
-        data = json.loads(proc.stdout)
-    except ValueError:
-        module.fail_json(msg=f"{pair.host}: the gate could not run (exit {proc.returncode}): "
-                             + " / ".join(progress[-5:]), started=started, finished=time.time())
-    res = fleet.GateResult(**data)
+    logs = SSHJournalLogs(Path(p["inventory"])) if p["inventory"] else None
+    out = io.StringIO()
+    res = fleet.isolated_gate(pair, settings, logs, model=p["model"], sglang_version=p["sglang_version"], out=out)
     if p["report"]:
         Path(p["report"]).parent.mkdir(parents=True, exist_ok=True)
         Path(p["report"]).write_text(json.dumps(res.to_dict(), indent=2, sort_keys=True) + "\n")
     gate = {k: v for k, v in res.to_dict().items() if k != "report"}
-    gate["progress"] = progress
+    gate["progress"] = out.getvalue().splitlines()[-40:]
     if not res.ok:
         module.fail_json(msg=res.describe(), gate=gate, started=started, finished=time.time())
     module.exit_json(changed=False, gate=gate, started=started, finished=time.time())
