@@ -13,10 +13,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pdfleet.paths import REPO_ROOT
@@ -43,6 +44,19 @@ def recap(stdout: str, host: str) -> dict[str, int]:
         if line.startswith(host + " ") and "ok=" in line:
             return {k: int(v) for k, v in (w.split("=") for w in line.split()[2:])}
     raise AssertionError(f"no PLAY RECAP line for {host}:\n{stdout[-3000:]}")
+
+
+def wait_for(what: str, pred: Callable[[], Any], timeout: float, interval: float = 1.0) -> Any:
+    """Poll ``pred`` until it returns something truthy (returned); AssertionError naming ``what`` and the last
+    value after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"{what} not within {timeout:g} s (last: {last})")
 
 
 @dataclass

@@ -38,7 +38,7 @@ from pdfleet.remote import run as remote_run
 from pdfleet.watchdog.actions import FleetActions
 from pdfleet.watchdog.remediate import Remediator
 from pdfleet.watchdog.state import PairTracker, State
-from simcluster import BIN, ScratchCluster
+from simcluster import BIN, ScratchCluster, wait_for
 
 from .conftest import _staged, rollout
 from .helpers import ListingWatch, get_json
@@ -67,17 +67,6 @@ def _mono_url(c: ScratchCluster) -> str:
     (pair,) = fleet.pairs_from_plan(plan_inventory(c.inventory)).values()
     assert [m.role for m in pair.members] == ["mono"]
     return pair.members[0].url
-
-
-def _wait_for(what: str, pred: Any, timeout: float, interval: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"{what} not within {timeout:g} s (last: {last})")
 
 
 def test_rollout_drains_gates_and_readds_the_mono_instance(mono: ScratchCluster) -> None:
@@ -176,7 +165,7 @@ def test_watchdog_canaries_the_mono_pair_of_one(mono: ScratchCluster, tmp_path: 
                            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     frozen = False
     try:
-        _wait_for("the first rounds", lambda: (_watchdog_state(state).get("rounds") or 0) >= 3, 120)
+        wait_for("the first rounds", lambda: (_watchdog_state(state).get("rounds") or 0) >= 3, 120)
         doc = _watchdog_state(state)
         pair = doc["pairs"]["node1"]
         assert list(doc["pairs"]) == ["node1"] and list(pair["workers"]) == [UNIT], doc
@@ -188,7 +177,7 @@ def test_watchdog_canaries_the_mono_pair_of_one(mono: ScratchCluster, tmp_path: 
         stopped = time.time()
         frozen = c.ssh(f"systemctl kill --signal=SIGSTOP {UNIT}").returncode == 0
         assert frozen
-        doc = _wait_for("DEAD", lambda: (d := _watchdog_state(state))["pairs"]["node1"]["state"] == "DEAD" and d,
+        doc = wait_for("DEAD", lambda: (d := _watchdog_state(state))["pairs"]["node1"]["state"] == "DEAD" and d,
                         120, 0.5)
         dead_at = next(t["at"] for t in doc["transitions"] if t["to"] == "DEAD")
         assert any("mono0" in r for r in doc["pairs"]["node1"]["reasons"]), doc["pairs"]["node1"]
@@ -196,7 +185,7 @@ def test_watchdog_canaries_the_mono_pair_of_one(mono: ScratchCluster, tmp_path: 
         c.ssh(f"systemctl kill --signal=SIGCONT {UNIT}")
         frozen = False
         resumed = time.time()
-        doc = _wait_for("OK again", lambda: (d := _watchdog_state(state)) and any(
+        doc = wait_for("OK again", lambda: (d := _watchdog_state(state)) and any(
             t["to"] == "OK" and t["at"] >= resumed for t in d["transitions"]) and d, 120, 0.5)
         ok_at = next(t["at"] for t in doc["transitions"] if t["to"] == "OK" and t["at"] >= resumed)
         print(f"[mono watchdog] SIGSTOP: DEAD after {dead_at - stopped:.1f} s "

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import zmq
-from simcluster import ScratchCluster
+from simcluster import ScratchCluster, wait_for
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.long]
 
@@ -31,17 +31,6 @@ def status(cluster: ScratchCluster) -> dict[str, Any]:
     proc = cluster.ssh("pdfleet-watchdog status --json", timeout=60)
     assert proc.returncode in (0, 1), proc.stderr
     return json.loads(proc.stdout)
-
-
-def wait_for(what: str, pred: Any, timeout: float, interval: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"{what} not within {timeout:g} s (last: {last})")
 
 
 def foreign_frame(address: str) -> float:
