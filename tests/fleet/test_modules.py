@@ -1,6 +1,7 @@
 """The pdfleet_router_member module (ansible-playbook, delegated to this machine) against the real router and
 simulated workers on loopback: check mode changes nothing, absent/present are idempotent, present confirms
-routing; pdfleet_fleet_gate allows a one-pair cluster to go to zero and refuses min_pairs it cannot keep."""
+routing; pdfleet_fleet_gate allows a one-pair cluster to go to zero unless min_pairs is given, and refuses
+min_pairs it cannot keep; pdfleet_pair_gate reads the journals through the inventory."""
 
 from __future__ import annotations
 
@@ -56,9 +57,11 @@ def test_router_member_check_mode_and_idempotence(local_pd: LocalPD, tmp_path: P
     assert {s["url"] for s in specs} == {pd.prefill_url, pd.decode_url}
     assert _module("pdfleet_router_member", {**base, "state": "absent"}, tmp_path)["changed"] is False
 
-    out = _module("pdfleet_fleet_gate", {"router_url": pd.router_url, "host": "local", "model": pd.model,
-                                         "plan": {"hosts": {}}, "min_pairs": 1}, tmp_path)
+    gate = {"router_url": pd.router_url, "host": "local", "model": pd.model, "plan": {"hosts": {}}}
+    out = _module("pdfleet_fleet_gate", gate, tmp_path)
     assert out.get("failed") is not True and out["effective_min_pairs"] == 0  # a one-pair cluster may go to 0
+    out = _module("pdfleet_fleet_gate", {**gate, "min_pairs": 1}, tmp_path)  # unless min_pairs=1 is asked for
+    assert out.get("failed") is True and "only 0 other pair(s) serve (none), min_pairs is 1" in out["msg"], out
 
     out = _module("pdfleet_router_member", {**base, "state": "present", "specs": specs}, tmp_path)
     assert out["changed"] is True and out["readd"]["confirmed"] is True, out
@@ -82,3 +85,28 @@ def test_fleet_gate_refuses_when_too_few_pairs_serve(local_pd: LocalPD, tmp_path
     out = _module("pdfleet_fleet_gate", {"router_url": pd.router_url, "host": "local", "model": pd.model,
                                          "plan": plan, "min_pairs": 1}, tmp_path)
     assert out["failed"] is True and "only 0 other pair(s) serve" in out["msg"], out
+
+
+def test_pair_gate_reads_journals_through_the_inventory(local_pd: LocalPD, tmp_path: Path) -> None:
+    """pdfleet_pair_gate with an inventory loads it with ansible-core's controller code, which cannot be
+    imported inside the module's AnsiballZ payload: the hosts' connection settings are read by a child interpreter
+    (pdfleet.inventory.connections_in_child). Here the pair's host is in an inventory whose SSH port refuses: the protocol runs and
+    the logs check names the SSH failure, never an import error from the payload."""
+    pd = local_pd
+    inv = tmp_path / "inv"
+    inv.mkdir()
+    (inv / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"node1": {
+        "ansible_host": "127.0.0.1", "ansible_port": 1, "ansible_user": "nobody"}}}}))
+    pair = _pair(pd)
+    for m in pair["members"]:
+        m["host"] = "node1"
+    report = tmp_path / "gate.json"
+    out = _module("pdfleet_pair_gate", {"pair": pair, "model": pd.model, "inventory": str(inv), "report": str(report),
+                                        "settings": {"concurrency": 8, "window_s": 2.0}}, tmp_path)
+    assert out.get("failed") is True, out  # the journals cannot be read: the gate cannot pass
+    logs = next(f for f in out["gate"]["failures"] if f["check"] == "logs")
+    problems = " ".join(logs["problems"]) if "problems" in logs else json.dumps(logs)
+    assert "journalctl over SSH on node1 failed" in problems, logs
+    assert "cannot import" not in problems and "module_utils" not in problems, logs
+    checks = {c["name"]: c["status"] for c in json.loads(report.read_text())["report"]["checks"]}
+    assert checks["config"] == "pass" and checks["liveness"] == "pass", checks

@@ -50,6 +50,22 @@ def test_resume_puts_the_drained_host_first_and_only_readds_it_when_at_target() 
 def test_one_pair_cluster_may_go_to_zero() -> None:
     plan = rp.build(_fleet([PRISTINE]))
     assert plan.effective_min_pairs == 0 and not plan.refusal and plan.steps[0]["serving_pairs_while_out"] == 0
+    assert "min_pairs 1 (one-pair cluster: 0)" in rp.table(plan)
+    assert not rp.build(_fleet([PRISTINE]), min_pairs=0).refusal  # the operator accepts the window
+
+
+def test_a_min_pairs_given_is_strict() -> None:
+    """min_pairs=1 on a one-pair cluster (e.g. one mono instance) is refused before anything changes, naming the
+    way to accept the window; on three pairs a min_pairs they cannot keep is refused, not lowered."""
+    plan = rp.build(_fleet([PRISTINE]), min_pairs=1)
+    assert plan.effective_min_pairs == 1 and plan.hosts == ["node1"]
+    assert plan.refusal == ("batch 1 (node1) would leave 0 serving pair(s), fewer than min_pairs=1: the cluster has "
+                            "1 pair(s), so at most 0 can serve while it is out; to accept fewer (0: a window without "
+                            "service), set pdfleet_rollout_min_pairs lower")
+    assert "REFUSED: batch 1 (node1)" in rp.table(plan)
+    plan = rp.build(_fleet([PRISTINE] * 3), min_pairs=3)
+    assert "at most 2 can serve" in plan.refusal
+    assert not rp.build(_fleet([PRISTINE] * 3), min_pairs=2).refusal
 
 
 def test_refuses_when_too_few_pairs_would_serve() -> None:

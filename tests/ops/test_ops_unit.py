@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from pdfleet import fleet
 from pdfleet.cluster import plan_inventory
 from pdfleet.ops import tasks
@@ -65,3 +66,24 @@ def test_logs_runs_only_where_the_unit_is() -> None:
 
     out = tasks.logs(plan, run, unit, "10 min ago")
     assert seen == ["node2"] and out[0][0].code == tasks.OK and out[0][1].count("line") == 2
+
+
+def test_canary_unreachable_pair_exits_2_failing_one_1_others_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    pairs = fleet.pairs_from_plan(plan_inventory(FLEET))
+    down = set(pairs["node2"].urls)
+
+    def fake_canary(pair: fleet.Pair, model: str, deadline_s: float = 30.0) -> fleet.CanaryResult:
+        if pair.host == "node1":
+            return fleet.CanaryResult(pair.host, True, 200, 0.5, completion_tokens=16)
+        if pair.host == "node2":
+            return fleet.CanaryResult(pair.host, False, 0, 3.0, "decode0: POST ...: [Errno 113] No route to host")
+        return fleet.CanaryResult(pair.host, False, 0, 20.0, "decode2: POST ...: timed out")
+
+    monkeypatch.setattr(fleet, "pair_canary", fake_canary)
+    lines = {x.host: x for x in tasks.canary(pairs, "m", 20.0,
+                                             silent=lambda url: "No route to host" if url in down else None)}
+    assert set(lines) == set(pairs)
+    assert lines["node1"].code == tasks.OK
+    assert lines["node2"].code == tasks.UNREACHABLE and "no HTTP answer" in lines["node2"].render()
+    assert lines["node3"].code == tasks.FAILED and "timed out" in lines["node3"].text  # answers, but not the canary
+    assert tasks.exit_code(list(lines.values())) == 2

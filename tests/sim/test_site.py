@@ -4,6 +4,7 @@ and the sglang role refuses a hand-edited conn.py without touching it."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from simcluster import SITE, ScratchCluster, recap
@@ -58,3 +59,24 @@ def test_drift_fails_and_leaves_the_file_untouched(converged: ScratchCluster) ->
     finally:
         converged.ssh(f"sed -i '$ d' {conn}")  # undo the hand edit: the file is patched again
     assert converged.ssh(f"sha256sum {conn}").stdout.split()[0] == record["sha256"]
+
+
+def test_the_watchdog_runs_from_the_wheel_and_watches_the_pair(converged: ScratchCluster) -> None:
+    """site.yml's watchdog play: the service stays up (it imports pdfleet from the installed wheel, constants.yml
+    included), writes its state, and its canary through the pair says OK."""
+    assert converged.ssh("systemctl is-active pdfleet-watchdog").stdout.strip() == "active"
+    marker = converged.ssh("cat /opt/pdfleet-watchdog/venv/pdfleet-wheel.sha256").stdout.strip()
+    assert len(marker) == 64, marker
+    assert converged.ssh("test -e /opt/pdfleet-watchdog/lib").returncode != 0  # the old package tree is gone
+    deadline = time.monotonic() + 180
+    doc: dict = {}
+    while time.monotonic() < deadline:
+        proc = converged.ssh("pdfleet-watchdog status --json", timeout=60)
+        if proc.returncode in (0, 1) and proc.stdout.strip():
+            doc = json.loads(proc.stdout)
+            if doc.get("pairs", {}).get("node1", {}).get("state") == "OK":
+                break
+        time.sleep(5)
+    assert doc.get("pairs", {}).get("node1", {}).get("state") == "OK", doc
+    restarts = converged.ssh("systemctl show -p NRestarts --value pdfleet-watchdog").stdout.strip()
+    assert restarts == "0", f"pdfleet-watchdog restarted {restarts} times"

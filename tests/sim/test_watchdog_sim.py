@@ -120,7 +120,8 @@ def test_watchdog_on_the_sim(sim_cluster: ScratchCluster) -> None:
 
 
 def test_no_false_alarm_on_the_patched_stack(sim_cluster: ScratchCluster) -> None:
-    """Patched: a foreign frame and a verification run (abort cascade + benchmark): no transition, no remediation."""
+    """Patched: a foreign frame and a verification run with 10 x 250 abort cascades and the benchmark load: no
+    transition, no remediation."""
     c = sim_cluster
     host = "node1"
     c.set_model("sglang", apply_patch=True)
@@ -131,12 +132,14 @@ def test_no_false_alarm_on_the_patched_stack(sim_cluster: ScratchCluster) -> Non
                                                 and d, 180)
     mark = time.time()
     foreign_frame(c.address)
-    # the protocol: deep liveness, an abort cascade, recovery, the benchmark (the frame above is ours: allowed)
-    c.playbook(VERIFY_ONLY, "-e", json.dumps({"pdfleet_verify_args": ["--cycles", "1", "--allow-dropped-frames"]}))
+    # the protocol: deep liveness, 10 abort cascades of 250 sessions, recovery, the benchmark (the frame above is
+    # ours: allowed)
+    c.playbook(VERIFY_ONLY, "-e", json.dumps({"pdfleet_verify_args": ["--cycles", "10", "--concurrency", "250",
+                                                                      "--allow-dropped-frames"]}))
     time.sleep(2 * INTERVAL_S)
     doc = status(c)
     moved = [t for t in doc["transitions"] if t["at"] >= mark]
-    print(f"[patched] {time.time() - mark:.0f} s with a foreign frame and a verification run: "
+    print(f"[patched] {time.time() - mark:.0f} s with a foreign frame and a 10 x 250 verification run: "
           f"{len(moved)} transitions, {len(doc['remediation']['remediations'])} remediations")
     assert moved == [] and doc["pairs"][host]["state"] == "OK", moved
     assert doc["remediation"]["remediations"] == []

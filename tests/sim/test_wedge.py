@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import re
 import socket
+import subprocess
 import urllib.error
 from pathlib import Path
 
 import pytest
 from pdfleet.paths import REPO_ROOT
-from simcluster import ScratchCluster
+from simcluster import BIN, ScratchCluster
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -67,3 +68,22 @@ def test_patched_survives_the_same_cascade(converged: ScratchCluster) -> None:
     assert DEATH not in _journal(converged, "pdfleet-prefill0").split("Started pdfleet-prefill0")[-1]
     out = converged.chat("In one sentence, what is PCIe? (patched, after the cascade)")
     assert out["usage"]["completion_tokens"] > 0
+
+
+def _verify(cluster: ScratchCluster, report: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    proc = subprocess.run([str(BIN / "pdfleet"), "verify", "-i", str(cluster.inventory), "--cycles", "1",
+                           "--skip", "bench", "--skip", "logs", "--report", str(report), *extra],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, check=False)
+    return proc, json.loads(report.read_text())
+
+
+def test_leaving_the_logs_out_is_incomplete_unless_allowed(converged: ScratchCluster, tmp_path: Path) -> None:
+    """Issue 11: on the patched sim, `pdfleet verify --skip logs` exits 2 (INCOMPLETE); with --allow-incomplete
+    it exits 0 and the report names the evidence that is missing."""
+    skip, skipped = _verify(converged, tmp_path / "skip.json")
+    assert skip.returncode == 2 and skipped["verdict"] == "incomplete", skip.stdout[-3000:] + skip.stderr[-2000:]
+    assert "INCOMPLETE" in skip.stdout
+    assert any(m.startswith("logs:") for m in skipped["missing_evidence"]), skipped["missing_evidence"]
+    allow, allowed = _verify(converged, tmp_path / "allow.json", "--allow-incomplete")
+    assert allow.returncode == 0 and allowed["incomplete_allowed"] is True, allow.stdout[-3000:] + allow.stderr[-2000:]
+    assert any("--allow-incomplete" in n and "logs" in n for n in allowed["notes"]), allowed["notes"]

@@ -64,7 +64,7 @@ def test_fleet_converges_and_serves_across_hosts(fleet: ScratchCluster) -> None:
                               host="router1")
     out = router_checks.stdout.split()
     assert out == ["active", "router-venv", "no-gpu-tools", "no-hardware", "no-nixl", "no-model",
-                   "pdfleet-router.service"], router_checks.stdout + router_checks.stderr
+                   "pdfleet-router.service", "pdfleet-watchdog.service"], router_checks.stdout + router_checks.stderr
     for host in WORKER_HOSTS:
         assert fleet.ssh("command -v nvidia-smi", host=host).returncode == 0, host
 
@@ -105,3 +105,6 @@ def test_fleet_converges_and_serves_across_hosts(fleet: ScratchCluster) -> None:
     print(f"second site.yml run: {time.monotonic() - t0:.0f} s")
     for host in ("router1", *WORKER_HOSTS):
         assert recap(again.stdout, host)["changed"] == 0, (host, again.stdout[-4000:])
+    # No host can reboot in a re-run (every pinned module loaded): provision takes all four hosts in one batch.
+    provision_plays = again.stdout.count("PLAY [Provision | NVIDIA driver, CUDA toolkit, UCX and NIXL]")
+    assert provision_plays == 1, f"provision ran in {provision_plays} batches"

@@ -244,8 +244,36 @@ def test_rate_limit_then_left_out_of_the_router_and_alerting() -> None:
     # an hour later the window has slid, but a left-out pair waits for a person
     now[0] += 3600
     assert r.decide("a", trackers, pairs, actions.router_members()).action == "alert"
-    r.undrained("a")
+    assert r.reconcile(None, pairs) == [] and "a" in r.left_out  # router unreadable: nothing is assumed
+    actions.members |= set(pairs["a"].urls)  # a person put it back (pdfleet ops undrain)
+    assert r.reconcile(actions.router_members(), pairs) == ["a"] and not r.left_out
     assert r.decide("a", trackers, pairs, actions.router_members()).action == "restart"
+
+
+def test_a_restarted_watchdog_keeps_the_restart_limit_and_the_left_out_pairs() -> None:
+    """What remediation knows survives the watchdog's own restart (through the state file's document)."""
+    now = [1000.0]
+    trackers, pairs, urls = _fleet({"a": State.WEDGED, "b": State.WEDGED, "c": State.OK})
+    actions = FakeActions(set(urls))
+    r = Remediator("restart", 2, actions, clock=lambda: now[0], log=lambda m: None)
+    for _ in range(2):
+        r.act(r.decide("a", trackers, pairs, actions.router_members()), pairs["a"], background=False)
+        now[0] += 60
+    r.act(r.decide("a", trackers, pairs, actions.router_members()), pairs["a"], background=False)  # leave_out
+    r.act(r.decide("b", trackers, pairs, actions.router_members()), pairs["b"], background=False)  # restart 1
+    doc = json.loads(json.dumps({"remediation": r.to_dict()}))  # as written to and read from the state file
+    fresh = Remediator("restart", 2, actions, clock=lambda: now[0], log=lambda m: None)
+    fresh.restore(doc, pairs)
+    assert fresh.left_out == {"a"}
+    assert fresh.decide("a", trackers, pairs, actions.router_members()).action == "alert"
+    assert fresh.recent_restarts("b") == 1
+    assert fresh.decide("b", trackers, pairs, actions.router_members()).reason.startswith("restart 2 of at most 2")
+    # restarts older than an hour are not carried over; pairs no longer planned are dropped
+    now[0] += 3600
+    later = Remediator("restart", 2, actions, clock=lambda: now[0], log=lambda m: None)
+    later.restore(doc, {"b": pairs["b"]})
+    assert later.restarts == {} and later.left_out == set()
+    Remediator("restart", 2).restore({"remediation": "garbage"}, pairs)  # a damaged document is ignored
 
 
 def test_failed_gate_leaves_the_pair_out() -> None:

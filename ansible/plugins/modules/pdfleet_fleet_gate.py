@@ -17,7 +17,11 @@ options:
   api_key: {description: The router's API key, if any., type: str, no_log: true}
   plan: {description: The plan document (pdfleet_plan)., type: dict, required: true}
   host: {description: The host about to leave the router (its pair is not counted)., type: str, required: true}
-  min_pairs: {description: Pairs that must keep serving (a one-pair cluster may go to 0)., type: int, default: 1}
+  min_pairs:
+    description:
+      - Pairs that must keep serving without O(host), kept as given.
+      - Unset, 1, and 0 on a one-pair cluster (its pair leaves and nothing serves for a while).
+    type: int
   model: {description: Model name for the requests., type: str, required: true}
   deadline: {description: Seconds each request may take., type: float, default: 30}
   cross: {description: Also each serving prefill with every other serving host's decode., type: bool, default: true}
@@ -36,13 +40,14 @@ EXAMPLES = r"""
 RETURN = r"""
 serving: {description: Hosts whose pair is listed and answered., type: list, returned: always}
 canaries: {description: Each other pair's request (status, latency, problem)., type: list, returned: always}
-effective_min_pairs: {description: min_pairs, or 0 on a one-pair cluster., type: int, returned: always}
+effective_min_pairs: {description: min_pairs as given (unset, 1; 0 on one pair)., type: int, returned: always}
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - Ansible modules put their documentation first
 
 try:
     from pdfleet import fleet
+    from pdfleet.rollout.plan import effective_min_pairs
     from pdfleet.rollout.state import membership
 except ImportError as exc:  # pragma: no cover
     IMPORT_ERROR: ImportError | None = exc
@@ -57,7 +62,7 @@ def main() -> None:
             "api_key": {"type": "str", "no_log": True},
             "plan": {"type": "dict", "required": True},
             "host": {"type": "str", "required": True},
-            "min_pairs": {"type": "int", "default": 1},
+            "min_pairs": {"type": "int"},
             "model": {"type": "str", "required": True},
             "deadline": {"type": "float", "default": 30.0},
             "cross": {"type": "bool", "default": True},
@@ -73,7 +78,7 @@ def main() -> None:
     except fleet.RouterError as e:
         module.fail_json(msg=f"fleet gate for {p['host']}: {e}")
     others = {h: pr for h, pr in pairs.items() if h != p["host"]}
-    eff_min = min(p["min_pairs"], len(others))
+    eff_min = effective_min_pairs(p["min_pairs"], len(others) + 1)
     canaries, serving, problems = [], [], []
     for host, pair in others.items():
         state = membership(pair, listed)

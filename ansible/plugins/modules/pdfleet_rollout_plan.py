@@ -14,7 +14,11 @@ options:
   router_url: {description: The router's base URL., type: str, required: true}
   api_key: {description: The router's API key, if any., type: str, no_log: true}
   serial: {description: Batch sizes (Ansible serial semantics)., type: list, elements: raw, default: [1, 1]}
-  min_pairs: {description: Pairs that must keep serving., type: int, default: 1}
+  min_pairs:
+    description:
+      - Pairs that must keep serving at every step, kept as given (a plan that cannot keep them is refused).
+      - Unset, 1, and 0 on a one-pair cluster (the report gives its window without service).
+    type: int
 """
 
 EXAMPLES = r"""
@@ -50,7 +54,7 @@ def main() -> None:
             "router_url": {"type": "str", "required": True},
             "api_key": {"type": "str", "no_log": True},
             "serial": {"type": "list", "elements": "raw", "default": [1, 1]},
-            "min_pairs": {"type": "int", "default": 1},
+            "min_pairs": {"type": "int"},
         },
         supports_check_mode=True,
     )

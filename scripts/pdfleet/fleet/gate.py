@@ -50,10 +50,14 @@ def gate_settings(**overrides: Any) -> Settings:
     return replace(base, **fields)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports: every socket stays bound until all are picked (one at a time, the
+    kernel may hand the same port out twice, and the router then fails with "Address already in use")."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(n)]
+        for s in socks:
+            s.bind((LOOPBACK, 0))
+        return [int(s.getsockname()[1]) for s in socks]
 
 
 def router_command(pair: Pair, port: int, metrics_port: int, python: str = sys.executable) -> list[str]:
@@ -90,8 +94,8 @@ class TempRouter:
         if importlib.util.find_spec("sglang_router") is None and self.python == sys.executable:
             raise GateError("sglang_router is not installed in this Python: the gate's temporary router needs it "
                             "(the project venv has it: make setup)")
-        self.port = _free_port()
-        cmd = router_command(self.pair, self.port, _free_port(), self.python)
+        self.port, metrics_port = _free_ports(2)
+        cmd = router_command(self.pair, self.port, metrics_port, self.python)
         with self.log.open("wb") as fh:
             self.proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
                                          env={**os.environ, "NO_COLOR": "1"})

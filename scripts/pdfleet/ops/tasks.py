@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pdfleet import fleet
+from pdfleet.fleet.http import HTTPError, call
 from pdfleet.planner import Plan
 from pdfleet.remote import RemoteError
 
@@ -117,11 +118,27 @@ def logs(plan: Plan, run: Runner, unit: str, since: str) -> list[tuple[HostLine,
     return [(line, texts.get(line.host, "")) for line in parallel(hosts, one)]
 
 
-def canary(pairs: Mapping[str, fleet.Pair], model: str, deadline_s: float) -> list[HostLine]:
+def no_answer(url: str, timeout_s: float = 5.0) -> str | None:
+    """Why ``url`` gives no HTTP answer at all (refused, no route, timed out), or None when it answers."""
+    try:
+        call("GET", url + "/health", timeout_s=timeout_s)
+    except HTTPError as e:
+        return str(e)
+    return None
+
+
+def canary(pairs: Mapping[str, fleet.Pair], model: str, deadline_s: float,
+           silent: Callable[[str], str | None] = no_answer) -> list[HostLine]:
+    """A canary through every pair. A failed canary is a failed check (1), unless a member of the pair gives no
+    HTTP answer at all: then its host is unreachable (2), as the watchdog calls such a pair DEAD."""
+
     def one(host: str) -> HostLine:
         r = fleet.pair_canary(pairs[host], model, deadline_s=deadline_s)
         if r.ok:
             return HostLine(host, OK, f"canary {r.latency_s:.2f} s, {r.completion_tokens} token(s)")
+        down = [f"{m.name} ({why})" for m in pairs[host].members if (why := silent(m.url)) is not None]
+        if down:
+            return HostLine(host, UNREACHABLE, f"no HTTP answer from {'; '.join(down)}: is the host up?")
         return HostLine(host, FAILED, f"canary failed after {r.latency_s:.1f} s: {r.problem}")
 
     return parallel(list(pairs), one)

@@ -48,7 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         if name == "plan":
             q.add_argument("--serial", type=_serial, default=list(rollout_plan.DEFAULT_SERIAL),
                            help="batch sizes, as rollout.yml's pdfleet_rollout_serial (default 1,1)")
-            q.add_argument("--min-pairs", type=int, default=1, help="pairs that must keep serving (default 1)")
+            q.add_argument("--min-pairs", type=int, default=None,
+                           help="pairs that must keep serving (default 1, 0 on a one-pair cluster; a value given is "
+                                "kept strictly, as rollout.yml's pdfleet_rollout_min_pairs)")
         q.set_defaults(func=func)
 
 

@@ -16,8 +16,10 @@ Strategies:
 Resume: a host that is out of the router (an interrupted rollout) comes first; if its record is already at
 the target it is only gated and added back (action ``readd``).
 
-``min_pairs``: a step may take a host out only if at least that many other pairs keep serving. A cluster of
-one pair has nothing else to serve: there the limit is 0 and the report gives the window without service.
+``min_pairs``: a step may take a host out only if at least that many other pairs keep serving. Unset, it is 1,
+except on a cluster of one pair, which has nothing else to serve: there the limit is 0 and the report gives the
+window without service (a mono instance is such a pair of one). A value given is kept as asked: a rollout that
+cannot keep that many pairs serving (``min_pairs=1`` on a one-pair cluster) is refused before anything changes.
 """
 
 from __future__ import annotations
@@ -30,6 +32,14 @@ from pdfleet.errors import PdfleetError
 from pdfleet.rollout.state import HostState, Installed
 
 DEFAULT_SERIAL: tuple[int | str, ...] = (1, 1)  # one canary host, then one at a time (Ansible's serial list)
+DEFAULT_MIN_PAIRS = 1
+
+
+def effective_min_pairs(min_pairs: int | None, total_pairs: int) -> int:
+    """The pairs that must keep serving: ``min_pairs`` as given, or when unset 1, and 0 on a one-pair cluster."""
+    if min_pairs is None:
+        return min(DEFAULT_MIN_PAIRS, max(total_pairs - 1, 0))
+    return min_pairs
 
 
 class RolloutPlanError(PdfleetError):
@@ -79,7 +89,7 @@ class RolloutPlan:
     target: Installed
     actions: list[HostAction]
     batches: list[list[str]]
-    min_pairs: int
+    min_pairs: int | None  # as asked (None: unset)
     effective_min_pairs: int
     total_pairs: int
     serving_now: int
@@ -102,9 +112,9 @@ class RolloutPlan:
 
 
 def build(states: list[HostState], serial: list[int | str] | tuple[int | str, ...] = DEFAULT_SERIAL,
-          min_pairs: int = 1) -> RolloutPlan:
+          min_pairs: int | None = None) -> RolloutPlan:
     """The plan for ``states`` (every host of the inventory, in inventory order)."""
-    if min_pairs < 0:
+    if min_pairs is not None and min_pairs < 0:
         raise RolloutPlanError(f"min_pairs is {min_pairs}; it must be 0 or more (pdfleet_rollout_min_pairs)")
     target = states[0].target if states else None
     if target is None:
@@ -122,7 +132,7 @@ def build(states: list[HostState], serial: list[int | str] | tuple[int | str, ..
     pairs = [a for a in actions if a.state.pair is not None]
     total = len(pairs)
     serving_now = sum(a.state.membership == "in" for a in pairs)
-    eff_min = min(min_pairs, max(total - 1, 0))
+    eff_min = effective_min_pairs(min_pairs, total)
     todo = [a for a in actions if a.action != "skip"]
     # resume first (hosts already out), then inventory order; hosts without workers last
     todo.sort(key=lambda a: (a.state.pair is None, a.state.membership == "in"))
@@ -150,10 +160,14 @@ def _steps_host_by_host(plan: RolloutPlan, pairs: list[HostAction]) -> None:
         serving = len(inside - set(batch))
         plan.steps.append({"step": i, "hosts": batch, "serving_pairs_while_out": serving,
                            "serving_pairs_after": len(inside | {h for h in batch if _has_pair(plan, h)})})
+        at_most = plan.total_pairs - sum(_has_pair(plan, h) for h in batch)
         if serving < plan.effective_min_pairs and not plan.refusal:
             plan.refusal = (f"batch {i} ({', '.join(batch)}) would leave {serving} serving pair(s), fewer than "
-                            f"min_pairs={plan.effective_min_pairs}: use smaller batches (pdfleet_rollout_serial) "
-                            "or bring the other pairs back first")
+                            f"min_pairs={plan.effective_min_pairs}: " + (
+                                f"the cluster has {plan.total_pairs} pair(s), so at most {at_most} can serve while "
+                                "it is out; to accept fewer (0: a window without service), set "
+                                "pdfleet_rollout_min_pairs lower" if at_most < plan.effective_min_pairs else
+                                "use smaller batches (pdfleet_rollout_serial) or bring the other pairs back first"))
         inside |= {h for h in batch if _has_pair(plan, h)}
 
 
@@ -198,9 +212,10 @@ def table(plan: RolloutPlan) -> str:
 
     rows = [[a.host, a.action, a.state.installed.label if a.state.installed else "-", a.state.target.label,
              a.state.membership, "; ".join(a.state.diffs) or "at target"] for a in plan.actions]
-    one_pair = f" (one-pair cluster: {plan.effective_min_pairs})" if plan.effective_min_pairs != plan.min_pairs else ""
+    asked = DEFAULT_MIN_PAIRS if plan.min_pairs is None else plan.min_pairs
+    one_pair = f" (one-pair cluster: {plan.effective_min_pairs})" if plan.effective_min_pairs != asked else ""
     head = (f"strategy {plan.strategy}  target {plan.target.label}  pairs {plan.total_pairs} "
-            f"(serving now {plan.serving_now})  min_pairs {plan.min_pairs}{one_pair}")
+            f"(serving now {plan.serving_now})  min_pairs {asked}{one_pair}")
     lines = [head, "", format_table(["host", "action", "from", "to", "router", "why"], rows), ""]
     if not plan.hosts:
         lines.append("nothing to do: every host is at the target and in the router")

@@ -1,7 +1,9 @@
-"""The pdfleet wheel the simulated workers run from: built once on the control machine, cached by content hash.
+"""The pdfleet wheel the simulated workers and the watchdog run from: built once on the control machine, cached by
+content hash.
 
-The sim play of site.yml calls ``python -m pdfleet.sim.wheel --json``; the sglang role copies the wheel to each
-sim host and installs it with ``pip --no-deps`` only when the installed wheel's sha256 differs. The cache key is
+The wheel play of site.yml (ansible/playbooks/wheel.yml) calls ``python -m pdfleet.sim.wheel --json``; the sglang
+role (sim hosts) and the pdfleet_watchdog role (the router host) copy the wheel and install it with
+``pip --no-deps`` only when the installed wheel's sha256 differs. The cache key is
 the sha256 of the package sources and pyproject.toml, so an unchanged tree never rebuilds (and a changed one
 always does). Progress goes to stderr; exit 2 when the wheel cannot be built.
 """

@@ -28,7 +28,7 @@ from pdfleet.watchdog.actions import FleetActions, RestartError, local_shell
 from pdfleet.watchdog.journal import JournalWatch, Runner, local_runner
 from pdfleet.watchdog.loop import Config, Watchdog
 from pdfleet.watchdog.remediate import MODES, Remediator
-from pdfleet.watchdog.statefile import read_state
+from pdfleet.watchdog.statefile import StateFileError, read_state
 
 DEFAULT_STATE_FILE = Path("/var/lib/pdfleet-watchdog/state.json")
 
@@ -120,6 +120,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     dog = Watchdog(pairs, model, config, router, remediator, metrics,
                    journal=JournalWatch(journal_runner) if journal_runner else None, journal_hosts=journal_hosts)
     remediator.log = dog.log
+    if args.state_file is not None and args.state_file.exists():
+        try:
+            remediator.restore(read_state(args.state_file), pairs)
+        except StateFileError as e:  # a damaged file must not stop the watchdog: start with a clean slate
+            dog.log(f"remediation not restored: {e}")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

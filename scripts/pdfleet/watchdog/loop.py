@@ -88,6 +88,7 @@ class Watchdog:
         # round's start: that is when the watchdog knows, and what time-to-detect must be measured against.
         known = self.clock()
         router_urls = self._router_urls()
+        self.remediator.reconcile(router_urls, self.pairs)
         changes = []
         for host, obs in observed.items():
             t = self.trackers[host].update(obs, known)

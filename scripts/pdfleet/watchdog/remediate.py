@@ -14,6 +14,11 @@ The rules, checked before anything is touched (``Remediator.decide``, pure, test
 * at most ``max_restarts_per_hour`` restarts per pair (sliding hour); after that the pair is taken out of the
   router and left out (no restart), the alert keeps firing, and a person decides (``pdfleet ops undrain``);
 * a pair whose gate fails after its restart is left out of the router too.
+
+What remediation knows outlives the process: the restart times of the last hour and the pairs left out are in
+the state file, and a restarted watchdog takes them back (``restore``), so a restart of the watchdog neither
+resets the restart limit nor puts a broken pair back. A left-out pair that a person put back into the router
+(``pdfleet ops undrain``) is watched and acted on again from the next round (``reconcile``).
 """
 
 from __future__ import annotations
@@ -160,14 +165,44 @@ class Remediator:
             self.counts[(host, action, result)] += 1
             self.busy = None
 
-    def undrained(self, host: str) -> None:
-        """A person put the pair back (pdfleet ops undrain): act on it again."""
-        self.left_out.discard(host)
+    def reconcile(self, router_urls: set[str] | None, pairs: Mapping[str, fleet.Pair]) -> list[str]:
+        """Forget "left out" for pairs a person put back into the router (every worker listed again); the hosts
+        that changed. Nothing changes while the router cannot be read or while the pair is being remediated."""
+        if router_urls is None:
+            return []
+        back = sorted(h for h in self.left_out
+                      if h != self.busy and h in pairs and all(u in router_urls for u in pairs[h].urls))
+        for host in back:
+            self.left_out.discard(host)
+            self.log(f"{host}: back in the router (put back by a person): remediation acts on it again")
+        return back
+
+    def restore(self, doc: dict[str, Any], pairs: Mapping[str, fleet.Pair]) -> None:
+        """Take back what a previous watchdog process knew (its state file's ``remediation``): the restart times
+        of the last hour and the pairs it left out, for the pairs still in the plan."""
+        known = doc.get("remediation") if isinstance(doc, dict) else None
+        if not isinstance(known, dict):
+            return
+        now = self.clock()
+        times = known.get("restart_times")
+        if isinstance(times, dict):
+            for host, stamps in times.items():
+                if host in pairs and isinstance(stamps, list):
+                    kept = [float(t) for t in stamps if isinstance(t, (int, float)) and now - t < HOUR_S]
+                    if kept:
+                        self.restarts[host] = kept
+        left = known.get("left_out")
+        if isinstance(left, list):
+            self.left_out |= {h for h in left if isinstance(h, str) and h in pairs}
+        if self.left_out or self.restarts:
+            self.log(f"remediation restored from the previous run: left out {sorted(self.left_out) or 'none'}, "
+                     f"restarts in the last hour {({h: len(t) for h, t in sorted(self.restarts.items())})}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "max_restarts_per_hour": self.max_restarts_per_hour, "busy": self.busy,
                 "left_out": sorted(self.left_out),
                 "restarts_last_hour": {h: self.recent_restarts(h) for h in self.restarts},
+                "restart_times": {h: list(t) for h, t in sorted(self.restarts.items()) if t},
                 "remediations": [{"host": h, "action": a, "result": r, "count": n}
                                  for (h, a, r), n in sorted(self.counts.items())],
                 "last_decisions": {h: d.to_dict() for h, d in self.last.items()}}
