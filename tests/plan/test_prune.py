@@ -128,7 +128,7 @@ def _watchdog_unit(plan_doc: dict, host: str) -> str:
     defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
     routers = [u["name"] for u in plan_doc["hosts"][host] if u["kind"] == "router"]
     role_vars = yaml.safe_load((role / "vars" / "main.yml").read_text())
-    assert set(role_vars) == {"__pdfleet_watchdog_router_units", "__pdfleet_watchdog_router_unit"}
+    assert {"__pdfleet_watchdog_router_units", "__pdfleet_watchdog_router_unit"} <= set(role_vars)
     ctx = dict(defaults, pdfleet_watchdog_plan=plan_doc, pdfleet_watchdog_local_host=host, ansible_managed="x",
                __pdfleet_watchdog_router_units=routers, __pdfleet_watchdog_router_unit=routers[0])
     return env.get_template("pdfleet-watchdog.service.j2").render(ctx)
