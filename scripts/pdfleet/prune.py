@@ -8,6 +8,10 @@ stops, disables and deletes it and its own environment file before the planned u
 
 The same parser serves the three readers: the units role (the ``pdfleet_units_prune`` filter over the
 files it slurped), ``pdfleet plan --removals`` (over SSH, :data:`SCAN_COMMAND`) and conformance.
+
+A unit another role installs beside a planned unit (the watchdog beside the router: ansible/playbooks/
+watchdog.yml) says so with ``X-Pdfleet-Beside=<unit>``: it is planned wherever that unit is planned, and
+stale, like the rest, on a host where it is not (the router moved).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ if TYPE_CHECKING:
 UNIT_DIR = "/etc/systemd/system"
 UNIT_PREFIX = "pdfleet-"
 UNIT_GLOB = f"{UNIT_PREFIX}*.service"
-MARKER_KEYS = ("X-Pdfleet-Kind", "X-Pdfleet-Role", "X-Pdfleet-Url")
+MARKER_KEYS = ("X-Pdfleet-Kind", "X-Pdfleet-Role", "X-Pdfleet-Url", "X-Pdfleet-Beside")
 _SCAN_SEPARATOR = "@@pdfleet-unit"
 # One SSH round trip: every pdfleet-*.service file of the unit directory, each after a separator line
 # that carries its path and `systemctl is-active` state. Read-only.
@@ -45,6 +49,7 @@ class InstalledUnit:
     url: str = ""  # where it serves (a worker's URL as the router lists it)
     env_files: tuple[str, ...] = ()  # its own environment file(s): <config_dir>/<name>.env
     active: str = ""  # systemctl is-active, when the reader asked
+    beside: str = ""  # the planned unit it belongs beside (X-Pdfleet-Beside), e.g. the watchdog's router
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,8 @@ def parse_unit(path: str, text: str, active: str = "") -> InstalledUnit:
     marked = bool(values.get("X-Pdfleet-Kind"))
     return InstalledUnit(name=name, path=path, marked=marked, kind=values.get("X-Pdfleet-Kind", ""),
                          role=values.get("X-Pdfleet-Role", ""), url=values.get("X-Pdfleet-Url", "").rstrip("/"),
-                         env_files=tuple(env_files) if marked else (), active=active)
+                         env_files=tuple(env_files) if marked else (), active=active,
+                         beside=unit_name(values.get("X-Pdfleet-Beside", "")) if marked else "")
 
 
 def parse_scan(stdout: str) -> list[InstalledUnit]:
@@ -117,9 +123,16 @@ def parse_scan(stdout: str) -> list[InstalledUnit]:
     return out
 
 
+def with_companions(installed: Iterable[InstalledUnit], planned: Iterable[str]) -> set[str]:
+    """The planned unit names and pdfleet's units that say they belong beside one of them (X-Pdfleet-Beside)."""
+    names = set(planned)
+    return names | {u.name for u in installed if u.marked and u.beside and u.beside in names}
+
+
 def removals(host: str, installed: Iterable[InstalledUnit], planned: Iterable[str]) -> HostRemovals:
     """Sort a host's unplanned pdfleet-* units into stale (ours) and foreign (not ours)."""
-    names = tuple(sorted(set(planned)))
+    installed = list(installed)
+    names = tuple(sorted(with_companions(installed, planned)))
     unplanned = sorted((u for u in installed if u.name.startswith(UNIT_PREFIX) and u.name not in names),
                        key=lambda u: u.name)
     # Workers before the router: a stale router goes last, so it keeps serving while its workers drain.
@@ -143,8 +156,9 @@ def removals_from_slurp(host: str, slurped: Iterable[Mapping[str, object]], plan
 def active_unplanned(host: str, active_names: Iterable[str], installed: Iterable[InstalledUnit],
                      planned: Iterable[str]) -> list[str]:
     """Conformance: one problem per running ``pdfleet-*`` unit the plan does not name for ``host``."""
+    installed = list(installed)
     by_name = {u.name: u for u in installed}
-    wanted = set(planned)
+    wanted = with_companions(installed, planned)
     out = []
     for name in sorted({n[: -len(".service")] if n.endswith(".service") else n for n in active_names}):
         if not name.startswith(UNIT_PREFIX) or name in wanted:

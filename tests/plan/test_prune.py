@@ -15,7 +15,7 @@ import yaml
 from pdfleet import prune
 from pdfleet.cluster import plan_inventory
 from pdfleet.paths import REPO_ROOT
-from pdfleet.render import render_plan
+from pdfleet.render import environment, render_plan
 from plan_support import EXAMPLES, PROFILES
 
 sys.path.insert(0, str(REPO_ROOT / "ansible" / "plugins" / "filter"))
@@ -119,3 +119,39 @@ def test_plan_removals_names_an_unreachable_host(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.startswith("pdfleet: host gpu01 (127.0.0.1:1):") and "Traceback" not in proc.stderr
+
+
+def _watchdog_unit(plan_doc: dict, host: str) -> str:
+    """The watchdog role's unit for `host`, rendered from its template with the role's defaults and vars."""
+    role = REPO_ROOT / "ansible" / "roles" / "pdfleet_watchdog"
+    env = environment(role / "templates")
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
+    routers = [u["name"] for u in plan_doc["hosts"][host] if u["kind"] == "router"]
+    role_vars = yaml.safe_load((role / "vars" / "main.yml").read_text())
+    assert {"__pdfleet_watchdog_router_units", "__pdfleet_watchdog_router_unit"} <= set(role_vars)
+    ctx = dict(defaults, pdfleet_watchdog_plan=plan_doc, pdfleet_watchdog_local_host=host, ansible_managed="x",
+               __pdfleet_watchdog_router_units=routers, __pdfleet_watchdog_router_unit=routers[0])
+    return env.get_template("pdfleet-watchdog.service.j2").render(ctx)
+
+
+def test_the_watchdog_is_planned_beside_the_router(tmp_path: Path) -> None:
+    """site.yml's watchdog unit is pdfleet's: kept (and not reported) where the router is planned, removed where
+    the router no longer is; conformance does not flag it beside the router."""
+    plan = plan_inventory(EXAMPLES / "pd-4p4d")
+    plan_doc = json.loads(json.dumps(plan.to_dict()))
+    host = next(h for h, units in plan_doc["hosts"].items() if any(u["kind"] == "router" for u in units))
+    watchdog = prune.parse_unit(f"{UNITS}/pdfleet-watchdog.service", _watchdog_unit(plan_doc, host), "active")
+    assert watchdog.marked and watchdog.kind == "watchdog" and watchdog.beside == "pdfleet-router"
+    assert watchdog.env_files == ()
+    texts = _rendered("pd-4p4d", tmp_path)
+    installed = [prune.parse_unit(f"{UNITS}/{n}.service", t) for n, t in texts.items()] + [watchdog]
+    planned = [u["name"] for u in plan_doc["hosts"][host]]
+    here = prune.removals(host, installed, planned)
+    assert here.stale == () and here.foreign == () and here.warnings() == []
+    assert prune.active_unplanned(host, ["pdfleet-watchdog.service", *planned], installed, planned) == []
+    # the router moved to another host: the watchdog goes with it, before the router (it is not a worker)
+    moved = prune.removals(host, installed, [n for n in planned if n != "pdfleet-router"])
+    assert [u.name for u in moved.stale] == ["pdfleet-watchdog", "pdfleet-router"]
+    assert prune.active_unplanned(host, ["pdfleet-watchdog.service"], installed, []) == [
+        f"{host}: pdfleet-watchdog.service is running but the plan does not name it for this host (pdfleet created "
+        "it: run site.yml to drain and remove it)"]

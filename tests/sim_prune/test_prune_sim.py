@@ -5,7 +5,8 @@ changes nothing; an instance is renamed (decode0 -> decodeA, same GPUs and port)
 nothing; two instances are removed (prefill1, decodeB), each drained out of the router first; the profile
 switches to mono-tp8 and back to pd-4p4d. After each site.yml only the planned pdfleet units exist and run,
 and the verification play passed. Two hand-made units stay throughout: one outside the pdfleet-* convention
-and one inside it without pdfleet's marker, which every run reports and conformance fails on.
+and one inside it without pdfleet's marker, which every run reports and conformance fails on. The watchdog
+(site.yml installs it beside the router) is pdfleet's: it stays, runs and is not reported.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ HAND_MADE_UNIT = "[Unit]\nDescription=made by hand, not by pdfleet\n[Service]\nE
 WARNING = (f"node1: /etc/systemd/system/{FOREIGN_INSIDE}.service is named like a pdfleet unit but pdfleet did not "
            "create it")
 DECODEA = dict(DECODE0, name="decodeA")
+WATCHDOG = "pdfleet-watchdog"  # beside the router (X-Pdfleet-Beside): planned wherever the router is
 FOUR_UNITS = {"pdfleet-prefill0", "pdfleet-prefill1", "pdfleet-decode0", "pdfleet-decodeB", "pdfleet-router"}
 DURATIONS: dict[str, float] = {}
 
@@ -56,7 +58,7 @@ def _converge(c: ScratchCluster, label: str, *extra: str, check: bool = True) ->
 
 
 def _assert_only(c: ScratchCluster, planned: set[str]) -> None:
-    expected = planned | {FOREIGN_INSIDE, FOREIGN_OUTSIDE}
+    expected = planned | {FOREIGN_INSIDE, FOREIGN_OUTSIDE} | ({WATCHDOG} if "pdfleet-router" in planned else set())
     assert _files(c) == expected, f"unit files {_files(c)} != planned + hand-made {expected}"
     assert _active(c) == expected, f"running units {_active(c)} != planned + hand-made {expected}"
     envs = set(c.ssh("cd /etc/pdfleet && ls -1 pdfleet-*.env").stdout.split())
@@ -87,6 +89,7 @@ def test_check_mode_lists_the_removal_and_changes_nothing(hand_made: ScratchClus
     proc = _converge(c, "check mode, rename", "--check", "--diff")
     assert "node1: removing pdfleet-decode0" in proc.stdout, proc.stdout[-4000:]
     assert WARNING in proc.stdout + proc.stderr
+    assert f"/etc/systemd/system/{WATCHDOG}.service is named like" not in proc.stdout + proc.stderr
     _assert_only(c, FOUR_UNITS)
 
 
