@@ -14,7 +14,7 @@ from pdfleet.cli import main
 from pdfleet.watchdog.journal import CURSOR_PREFIX, INVOCATION_PREFIX, JournalWatch
 from pdfleet.watchdog.loop import Config, Watchdog
 from pdfleet.watchdog.metrics import WatchdogMetrics
-from pdfleet.watchdog.observe import Probes, Unreachable
+from pdfleet.watchdog.observe import PairObserver, Probes, Unreachable
 from pdfleet.watchdog.progress import StallDetector
 from pdfleet.watchdog.remediate import Remediator
 from pdfleet.watchdog.state import Observation, PairTracker, State
@@ -394,3 +394,40 @@ def test_a_pair_whose_remediation_ends_mid_round_is_not_acted_on_again() -> None
     dog.observers["b"].observe = observe_b  # type: ignore[method-assign]
     dog.round()
     assert actions.calls == []  # a was not observed this round: no second restart on its old state
+
+
+def test_a_timed_out_canary_is_not_counted_while_the_whole_pair_moves() -> None:
+    """Under a burst the canary waits in the pair's own queue: no answer in time, but every member's progress
+    counters moved meanwhile -> busy, not a failure (said in the reasons). With the counters flat (a wedge: the
+    decode makes no tokens), or with only one member moving, the same timeout counts."""
+    counters = {"pdfleet-prefill-n": 0.0, "pdfleet-decode-n": 0.0}
+    moving = {"pdfleet-prefill-n", "pdfleet-decode-n"}
+    pair = _pair("n")
+
+    def canary(p: fleet.Pair, model: str, deadline: float) -> fleet.CanaryResult:
+        for m in p.members:  # what happens in the pair while the canary waits
+            if m.name in moving:
+                counters[m.name] += 100.0
+        return fleet.CanaryResult(p.host, False, 0, deadline, f"{p.members[-1].name}: POST ...: timed out")
+
+    def read(url: str) -> dict[str, float]:
+        name = next(m.name for m in pair.members if m.url == url)
+        v = counters[name]
+        return {"sglang:generation_tokens_total": v, "sglang:prompt_tokens_total": v, "sglang:num_requests_total": v}
+
+    probes = Probes(canary, lambda url, role: fleet.WorkerLoad(url, role, {"running": 250.0}), read, lambda u: True)
+    observer = PairObserver(pair, "m", 20.0, 600.0, probes)
+    tracker = PairTracker("n", 2)
+    for at in (0.0, 20.0, 40.0):
+        obs = observer.observe(at)
+        assert obs.canary_ok is None and "busy, not counted" in obs.canary_busy, obs
+        assert tracker.update(obs, at) is None and tracker.state == State.OK
+    assert "busy, not counted" in tracker.reasons[0]
+    moving.discard("pdfleet-prefill-n")  # the prefill stopped: the decode alone moving is not enough
+    assert observer.observe(60.0).canary_ok is False
+    moving.clear()  # nothing moves: the wedge
+    for at in (80.0, 100.0):
+        obs = observer.observe(at)
+        assert obs.canary_ok is False and not obs.canary_busy
+        tracker.update(obs, at)
+    assert tracker.state == State.WEDGED

@@ -11,7 +11,7 @@ from pdfleet import fleet
 from pdfleet.fleet.http import HTTPError, call
 from pdfleet.verify.metrics import parse_prometheus
 from pdfleet.watchdog.journal import JournalUnavailable, JournalWatch
-from pdfleet.watchdog.progress import StallDetector
+from pdfleet.watchdog.progress import StallDetector, progress_counters
 from pdfleet.watchdog.state import Observation
 
 
@@ -99,8 +99,25 @@ class PairObserver:
             example = f" (e.g. {uj.examples[0]!r})" if uj.examples else ""
             obs.journal.append(f"{m.name}: {counts} since the unit started{example}")
 
+    def _busy(self, before: dict[str, dict[str, float]]) -> bool:
+        """Every member's progress counters moved since ``before`` (read again now): the pair works through a
+        queue, so a canary that found no answer in time waited in it, not on a wedge. A wedged pair cannot pass:
+        its decode produces no tokens once the requests already past the prefill are done (and a member whose
+        counters cannot be read counts as not moving)."""
+        for m in self.pair.members:
+            try:
+                after = self.probes.counters(m.url)
+            except Unreachable:
+                return False
+            names = progress_counters(m.role)
+            old = before.get(m.name, {})
+            if not any(n in after and n in old and after[n] > old[n] for n in names):
+                return False
+        return bool(self.pair.members)
+
     def observe(self, now: float, run_canary: bool = True) -> Observation:
         obs = Observation(canary_ok=None)
+        before: dict[str, dict[str, float]] = {}
         for m in self.pair.members:
             sig = self.workers.setdefault(m.name, WorkerSignals(m.name, m.role))
             det = self.detectors.setdefault(m.name, StallDetector(m.role, self.stall_window_s))
@@ -111,6 +128,7 @@ class PairObserver:
                 obs.unreachable.append(f"{m.name}: {e}")
                 det.progress_at = None
                 continue
+            before[m.name] = counters
             sig.up = True
             sig.health_ok = self.probes.health(m.url)
             load = self.probes.load(m.url, m.role)
@@ -126,4 +144,9 @@ class PairObserver:
         if run_canary and not obs.unreachable:
             result = self.probes.canary(self.pair, self.model, self.canary_deadline_s)
             obs.canary_ok, obs.canary_latency_s, obs.canary_problem = result.ok, result.latency_s, result.problem
+            if not result.ok and result.status == 0 and self._busy(before):
+                # No answer in time, but the whole pair moved meanwhile: busy, not wedged; not counted.
+                obs.canary_ok = None
+                obs.canary_busy = (f"canary not answered in {self.canary_deadline_s:g} s while every member made "
+                                   f"progress (busy, not counted): {result.problem}")
         return obs

@@ -9,6 +9,10 @@ Precedence, worst first:
 * DEGRADED: a failed canary short of ``failures_to_wedge``, a thread-death or transfer-error signature in a
   member's journal since its unit started, or a number a member does not export (work cannot be judged);
 * OK: otherwise.
+
+A canary that got no answer within its deadline while every member's progress counters moved meanwhile is not
+counted (``Observation.canary_busy``, kept in the reasons): under a burst the pair's own queue holds it, and the
+wedge the canary exists for stops the decode's tokens. Such a round neither fails nor clears the streak.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class Observation:
     stalled: list[str] = field(default_factory=list)  # "member: why"
     journal: list[str] = field(default_factory=list)  # "member: N thread_death ..." (signatures found)
     unknown: list[str] = field(default_factory=list)  # "member: numbers it does not export"
+    canary_busy: str = ""  # the canary found no answer in time while the whole pair made progress (not counted)
 
 
 @dataclass
@@ -86,7 +91,7 @@ class PairTracker:
                                f"WEDGED): {obs.canary_problem}")
         if degraded:
             return State.DEGRADED, degraded
-        return State.OK, []
+        return State.OK, [obs.canary_busy] if obs.canary_busy else []
 
     def update(self, obs: Observation, now: float) -> Transition | None:
         """Count this round and move to the state it means; the transition, if the state changed."""
