@@ -38,6 +38,7 @@ def test_patch_rollout_under_load(sim_fleet: ScratchCluster) -> None:
     c.set_model("sglang", apply_patch=True)
     with ListingWatch(c.router_url) as watch, Load(c.router_url, c.model) as load:
         run = rollout(c)
+    load.dump(c.reports_dir / "load-patch.json")
     s = load.summary()
     r = run.report
     print(f"fleet patch rollout: {run.seconds:.0f} s; load {s}; total {r and r['total_s']} s, gates "
@@ -63,6 +64,7 @@ def test_bad_target_stops_at_the_canary_and_rolls_back(sim_fleet: ScratchCluster
     try:
         with Load(c.router_url, c.model) as load:
             run = rollout(c)
+        load.dump(c.reports_dir / "load-bad-target.json")
         s = load.summary()
         print(f"bad target: {run.seconds:.0f} s; load {s}")
         assert run.rc != 0 and run.report, run.stdout[-5000:]
@@ -87,6 +89,7 @@ def test_version_swap_never_lists_two_versions(sim_fleet: ScratchCluster) -> Non
     assert "split-swap" in plan.stdout, plan.stdout
     with ListingWatch(c.router_url) as watch, Load(c.router_url, c.model) as load:
         run = rollout(c)
+    load.dump(c.reports_dir / "load-swap.json")
     s = load.summary()
     print(f"version swap: {run.seconds:.0f} s; load {s}; swap {run.report and run.report['swap']}; "
           f"{len(watch.snapshots)} listings")
