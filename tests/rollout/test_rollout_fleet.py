@@ -45,8 +45,8 @@ def test_patch_rollout_under_load(sim_fleet: ScratchCluster) -> None:
           f"{r and r['sum_gates_s']} s, ratio {r and r['ratio_total_to_gates']}\n" + "\n".join(r["table"] if r else []))
     assert run.rc == 0, run.stdout[-6000:]
     assert s["failed"] == 0 and s["cut"] == 0 and s["ok"] > 0, s
-    begins = [r["hosts"][h]["timeline"]["begin"] for h in r["order"] if r["hosts"][h]["timeline"]]
-    assert len(begins) == 3 and begins == sorted(begins), "the hosts were not rolled in the plan's order"
+    begins = [r["hosts"][h]["timeline"]["begin"] for h in r["order"]]  # router1 too (its venv has the router)
+    assert begins == sorted(begins), f"the hosts were not rolled in the plan's order {r['order']}: {begins}"
     assert all(len(snap["urls"]) >= 4 for snap in watch.snapshots), "more than one pair was out at once"
     status = _pdfleet("rollout", "status", "-i", str(c.inventory))
     assert status.returncode == 0, status.stdout + status.stderr

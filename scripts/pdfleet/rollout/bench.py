@@ -1,7 +1,7 @@
 """The rollout's regression benchmark: pdfleet.verify's own load and comparison (``bench.pdfleet_load``,
 ``bench.bench_check``, the protocol's tolerances) through the production router, once before the first host
-(saved as this run's baseline) and once after the last. Run alone, without the protocol's recovery check,
-whose idle-queue condition never holds while clients are being served."""
+(saved as this run's baseline when it completed) and once after the last. Run alone, without the protocol's
+recovery check, whose idle-queue condition never holds while clients are being served."""
 
 from __future__ import annotations
 
@@ -27,4 +27,7 @@ def run(router_url: str, model: str, baseline_file: Path, save: bool, **override
     except (RuntimeError, ValueError, OSError) as e:
         error = str(e)
     check = bench.bench_check(result, error, PROFILE, s, {"router": router_url}, time.monotonic() - t0)
-    return check.to_dict()
+    out = check.to_dict()
+    if save:  # the benchmark alone is this step's verdict: stored unless it could not run or lost requests
+        out["stored"] = bench.store_if_passed("pass", check, s)
+    return out
