@@ -10,7 +10,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -82,6 +83,12 @@ class Load:
         self._runner.join()
         for t in self._threads:
             t.join(self.deadline_s + 5)
+
+    def dump(self, path: Path) -> None:
+        """Every outcome (kind, start epoch, seconds, status, detail) as JSON, to line up with a report's timeline."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            path.write_text(json.dumps([asdict(o) for o in self.outcomes], indent=0))
 
     def summary(self) -> dict[str, Any]:
         kinds = {k: sum(o.kind == k for o in self.outcomes) for k in ("ok", "failed", "cut")}

@@ -38,12 +38,15 @@ def test_patch_rollout_under_load(sim_fleet: ScratchCluster) -> None:
     c.set_model("sglang", apply_patch=True)
     with ListingWatch(c.router_url) as watch, Load(c.router_url, c.model) as load:
         run = rollout(c)
+    load.dump(c.reports_dir / "load-patch.json")
     s = load.summary()
     r = run.report
     print(f"fleet patch rollout: {run.seconds:.0f} s; load {s}; total {r and r['total_s']} s, gates "
           f"{r and r['sum_gates_s']} s, ratio {r and r['ratio_total_to_gates']}\n" + "\n".join(r["table"] if r else []))
     assert run.rc == 0, run.stdout[-6000:]
     assert s["failed"] == 0 and s["cut"] == 0 and s["ok"] > 0, s
+    begins = [r["hosts"][h]["timeline"]["begin"] for h in r["order"]]  # router1 too (its venv has the router)
+    assert begins == sorted(begins), f"the hosts were not rolled in the plan's order {r['order']}: {begins}"
     assert all(len(snap["urls"]) >= 4 for snap in watch.snapshots), "more than one pair was out at once"
     status = _pdfleet("rollout", "status", "-i", str(c.inventory))
     assert status.returncode == 0, status.stdout + status.stderr
@@ -63,6 +66,7 @@ def test_bad_target_stops_at_the_canary_and_rolls_back(sim_fleet: ScratchCluster
     try:
         with Load(c.router_url, c.model) as load:
             run = rollout(c)
+        load.dump(c.reports_dir / "load-bad-target.json")
         s = load.summary()
         print(f"bad target: {run.seconds:.0f} s; load {s}")
         assert run.rc != 0 and run.report, run.stdout[-5000:]
@@ -87,6 +91,7 @@ def test_version_swap_never_lists_two_versions(sim_fleet: ScratchCluster) -> Non
     assert "split-swap" in plan.stdout, plan.stdout
     with ListingWatch(c.router_url) as watch, Load(c.router_url, c.model) as load:
         run = rollout(c)
+    load.dump(c.reports_dir / "load-swap.json")
     s = load.summary()
     print(f"version swap: {run.seconds:.0f} s; load {s}; swap {run.report and run.report['swap']}; "
           f"{len(watch.snapshots)} listings")

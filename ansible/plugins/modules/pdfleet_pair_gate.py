@@ -46,6 +46,8 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 try:
     from pdfleet import fleet
+    from pdfleet.errors import InventoryError
+    from pdfleet.inventory import connections_in_child
     from pdfleet.verify.logs import SSHJournalLogs
 except ImportError as exc:  # pragma: no cover
     IMPORT_ERROR: ImportError | None = exc
@@ -78,7 +80,15 @@ def main() -> None:
         settings = fleet.gate_settings(**p["settings"])
     except TypeError as e:
         module.fail_json(msg=f"{pair.host}: bad gate setting ({e}); see pdfleet verify --help for the names")
-    logs = SSHJournalLogs(Path(p["inventory"])) if p["inventory"] else None
+    logs = None
+    if p["inventory"]:
+        # ansible-core's inventory cannot be loaded inside a module (the payload's partial `ansible` package
+        # shadows it): the hosts' connection settings are read by a child interpreter
+        try:
+            hosts = connections_in_child(p["inventory"], sorted({m.host for m in pair.members if m.host}))
+        except InventoryError as e:
+            module.fail_json(msg=f"{pair.host}: gate not run: {e}", started=started, finished=time.time())
+        logs = SSHJournalLogs(Path(p["inventory"]), hosts=hosts)
     out = io.StringIO()
     res = fleet.isolated_gate(pair, settings, logs, model=p["model"], sglang_version=p["sglang_version"], out=out)
     if p["report"]:

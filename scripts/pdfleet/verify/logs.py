@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from pdfleet.inventory import InventorySource, load_inventory
+from pdfleet.inventory import HostConnection, InventorySource, load_inventory
 from pdfleet.verify.result import INCONCLUSIVE, CheckResult
 from pdfleet.verify.settings import Settings
 from pdfleet.verify.signatures import LogScan, scan_text
@@ -105,11 +105,13 @@ class JournalDirLogs:
 
 @dataclass
 class SSHJournalLogs:
-    """journald of each worker's unit on its host, over SSH (fabric), reached as the inventory says."""
+    """journald of each worker's unit on its host, over SSH (fabric), reached as the inventory says
+    (``hosts``: connection settings already read, e.g. by ``pdfleet.inventory.connections_in_child``)."""
 
     inventory: InventorySource
     since_epoch: float = 0.0
     description: str = "journald over SSH"
+    hosts: dict[str, HostConnection] = field(default_factory=dict)
     _connections: dict[str, Any] = field(default_factory=dict)
 
     def mark(self, workers: list[Worker]) -> None:
@@ -119,7 +121,8 @@ class SSHJournalLogs:
         if host not in self._connections:
             from pdfleet.remote import fabric_connection
 
-            self._connections[host] = fabric_connection(load_inventory(self.inventory).connection(host), 15)
+            conn = self.hosts.get(host) or load_inventory(self.inventory).connection(host)
+            self._connections[host] = fabric_connection(conn, 15)
         return self._connections[host]
 
     def read(self, worker: Worker) -> str:
