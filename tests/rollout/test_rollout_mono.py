@@ -255,16 +255,22 @@ def _lines(text: str, host: str) -> list[str]:
     return [x for x in text.splitlines() if x.startswith(f"{host}: ")]
 
 
+def _timed(timings: dict[str, float], key: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`pdfleet *args`, its seconds kept under ``key`` and its output printed."""
+    t0 = time.monotonic()
+    proc = _pdfleet(*args)
+    timings[key] = time.monotonic() - t0
+    print(f"\n[{' '.join(args[:2])}] rc {proc.returncode}\n{proc.stdout}{proc.stderr}")
+    return proc
+
+
 def test_ops_with_one_unreachable_host(mono: ScratchCluster, tmp_path: Path) -> None:
     c = mono
     inv, address = _with_unreachable_host(c, tmp_path)
     env_inv = ["-i", str(inv)]
     timings = {}
 
-    t0 = time.monotonic()
-    st = _pdfleet("ops", "status", *env_inv)
-    timings["status"] = time.monotonic() - t0
-    print(f"\n[ops status] rc {st.returncode}\n{st.stdout}{st.stderr}")
+    st = _timed(timings, "status", "ops", "status", *env_inv)
     assert st.returncode == 2, st.stdout + st.stderr
     (bad,) = _lines(st.stdout, "node2")
     assert bad.startswith("node2: UNREACHABLE: ") and address in bad and "Traceback" not in st.stdout + st.stderr
@@ -276,20 +282,14 @@ def test_ops_with_one_unreachable_host(mono: ScratchCluster, tmp_path: Path) -> 
     assert js.returncode == 2 and doc["exit_code"] == 2
     assert {h["host"]: h["code"] for h in doc["hosts"]} == {"node1": 0, "node2": 2}, doc
 
-    t0 = time.monotonic()
-    can = _pdfleet("ops", "canary", *env_inv)
-    timings["canary"] = time.monotonic() - t0
-    print(f"[ops canary] rc {can.returncode}\n{can.stdout}{can.stderr}")
+    can = _timed(timings, "canary", "ops", "canary", *env_inv)
     assert can.returncode == 2, can.stdout + can.stderr
     (bad,) = _lines(can.stdout, "node2")
     assert bad.startswith("node2: UNREACHABLE: no HTTP answer from pdfleet-mono1") and address in bad, bad
     (good,) = _lines(can.stdout, "node1")
     assert good.startswith("node1: ok: canary "), good
 
-    t0 = time.monotonic()
-    lg = _pdfleet("ops", "logs", "pdfleet-mono1", "--since", "1 hour ago", *env_inv)
-    timings["logs (node2's unit)"] = time.monotonic() - t0
-    print(f"[ops logs pdfleet-mono1] rc {lg.returncode}\n{lg.stdout}{lg.stderr}")
+    lg = _timed(timings, "logs (node2's unit)", "ops", "logs", "pdfleet-mono1", "--since", "1 hour ago", *env_inv)
     assert lg.returncode == 2 and lg.stdout == "", lg.stdout + lg.stderr
     (bad,) = _lines(lg.stderr, "node2")
     assert bad.startswith("node2: UNREACHABLE: ") and address in bad and "Traceback" not in lg.stderr
