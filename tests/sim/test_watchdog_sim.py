@@ -33,10 +33,10 @@ def status(cluster: ScratchCluster) -> dict[str, Any]:
     return json.loads(proc.stdout)
 
 
-def foreign_frame(address: str) -> float:
+def foreign_frame(address: str, port: int = BOOTSTRAP_PORT) -> float:
     """One unknown leading frame to every prefill rank's bootstrap socket (as registered on its bootstrap
-    server); the epoch it was sent."""
-    base = f"http://{address}:{BOOTSTRAP_PORT}/route"
+    server at address:port); the epoch it was sent."""
+    base = f"http://{address}:{port}/route"
     with urllib.request.urlopen(f"{base}?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1",
                                 timeout=10) as r:
         tp = int(json.loads(r.read())["attn_tp_size"])

@@ -431,3 +431,45 @@ def test_a_timed_out_canary_is_not_counted_while_the_whole_pair_moves() -> None:
         assert obs.canary_ok is False and not obs.canary_busy
         tracker.update(obs, at)
     assert tracker.state == State.WEDGED
+
+
+def test_a_busy_canary_is_not_excused_past_the_stall_window() -> None:
+    """On a fleet every member keeps moving for other pairs' traffic (the router pairs this decode with other
+    hosts' prefills; requests arriving at a wedged prefill move its request counters), so "busy" excuses a
+    timed-out canary for at most the stall window; then the timeouts count and the pair is WEDGED. A canary
+    that answers ends the excuse, and a new run of busy rounds gets a fresh window."""
+    counters = {"pdfleet-prefill-n": 0.0, "pdfleet-decode-n": 0.0}
+    answers = {"ok": False}
+    pair = _pair("n")
+
+    def canary(p: fleet.Pair, model: str, deadline: float) -> fleet.CanaryResult:
+        for m in p.members:
+            counters[m.name] += 100.0
+        if answers["ok"]:
+            return fleet.CanaryResult(p.host, True, 200, 0.4, completion_tokens=16)
+        return fleet.CanaryResult(p.host, False, 0, deadline, f"{p.members[-1].name}: POST ...: timed out")
+
+    def read(url: str) -> dict[str, float]:
+        v = counters[next(m.name for m in pair.members if m.url == url)]
+        return {"sglang:generation_tokens_total": v, "sglang:prompt_tokens_total": v, "sglang:num_requests_total": v}
+
+    probes = Probes(canary, lambda url, role: fleet.WorkerLoad(url, role, {"running": 5.0}), read, lambda u: True)
+    observer = PairObserver(pair, "m", 20.0, 60.0, probes)
+    tracker = PairTracker("n", 2)
+    for at in (0.0, 20.0, 40.0):  # inside the window: excused
+        obs = observer.observe(at)
+        assert obs.canary_ok is None and obs.canary_busy, obs
+        tracker.update(obs, at)
+    assert tracker.state == State.OK
+    answers["ok"] = True  # an answer ends the run of busy rounds
+    assert observer.observe(50.0).canary_ok is True and observer.busy_since is None
+    answers["ok"] = False
+    for at in (55.0, 75.0, 95.0):  # a fresh window from 55 s
+        assert observer.observe(at).canary_ok is None
+    states = []
+    for at in (115.0, 135.0):  # 60 s and more of busy rounds: counted
+        obs = observer.observe(at)
+        assert obs.canary_ok is False and not obs.canary_busy and "past the stall window" in obs.canary_problem
+        tracker.update(obs, at)
+        states.append(tracker.state)
+    assert states == [State.DEGRADED, State.WEDGED]

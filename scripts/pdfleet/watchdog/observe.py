@@ -79,6 +79,7 @@ class PairObserver:
     journal_hosts: frozenset[str] | None = None  # hosts whose journal can be read (None: all)
     detectors: dict[str, StallDetector] = field(default_factory=dict)
     workers: dict[str, WorkerSignals] = field(default_factory=dict)
+    busy_since: float | None = None  # the first round of the current run of "busy, not counted" canaries
 
     def _journal(self, m: fleet.Member, sig: WorkerSignals, obs: Observation) -> None:
         if self.journal is None:
@@ -145,8 +146,19 @@ class PairObserver:
             result = self.probes.canary(self.pair, self.model, self.canary_deadline_s)
             obs.canary_ok, obs.canary_latency_s, obs.canary_problem = result.ok, result.latency_s, result.problem
             if not result.ok and result.status == 0 and self._busy(before):
-                # No answer in time, but the whole pair moved meanwhile: busy, not wedged; not counted.
-                obs.canary_ok = None
-                obs.canary_busy = (f"canary not answered in {self.canary_deadline_s:g} s while every member made "
-                                   f"progress (busy, not counted): {result.problem}")
+                # No answer in time, but the whole pair moved meanwhile: busy, not wedged; not counted -- for at
+                # most the stall window. On a fleet the members' counters also move for other pairs' traffic
+                # (the router pairs this decode with other hosts' prefills; a wedged prefill's request counters
+                # still move as the router's requests arrive and are aborted), so "moved" cannot clear a wedge
+                # for long: on the sim fleet under client load a wedged pair stayed "busy" for 185 s.
+                self.busy_since = now if self.busy_since is None else self.busy_since
+                if now - self.busy_since < self.stall_window_s:
+                    obs.canary_ok = None
+                    obs.canary_busy = (f"canary not answered in {self.canary_deadline_s:g} s while every member "
+                                       f"made progress (busy, not counted): {result.problem}")
+                else:
+                    obs.canary_problem = (f"{result.problem} (every member moved, but the canaries have found no "
+                                          f"answer for {now - self.busy_since:.0f} s, past the stall window: counted)")
+            else:
+                self.busy_since = None
         return obs

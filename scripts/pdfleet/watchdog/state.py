@@ -13,6 +13,8 @@ Precedence, worst first:
 A canary that got no answer within its deadline while every member's progress counters moved meanwhile is not
 counted (``Observation.canary_busy``, kept in the reasons): under a burst the pair's own queue holds it, and the
 wedge the canary exists for stops the decode's tokens. Such a round neither fails nor clears the streak.
+The excuse lasts at most the stall window (``PairObserver.busy_since``): on a fleet the members also move for other
+pairs' traffic.
 """
 
 from __future__ import annotations

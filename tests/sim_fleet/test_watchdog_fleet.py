@@ -1,0 +1,272 @@
+"""Watchdog acceptance on the three-host sim fleet (a scratch copy of inventory/sim-fleet: router1 + node1-3,
+one prefill/decode pair per node), pristine stack (apply_patch: false), staged by site.yml's plays up to the
+watchdog (tests/sim/watchdog_site.yml).
+
+Two watchdogs watch the fleet: the deployed pdfleet-watchdog.service on router1 (alert mode) names the pair
+and feeds Prometheus on router1; remediation `restart` runs in the foreground from this machine with the scratch
+inventory (`pdfleet watchdog run -i`, journals and restarts over SSH), because the deployed unit restarts units
+on its own host only (README, "Where it runs") and router1 has no workers.
+
+1. One pair wedged (one unknown frame to node2's prefill bootstrap sockets): both watchdogs name node2 WEDGED,
+   node1 and node3 make no transition, PdfleetPairWedged fires for node2; a poller of the router's worker list
+   (every 0.5 s) never sees zero fully listed pairs, and client load through the router keeps being served (the
+   requests routed to node2 before it was taken out may fail; every request started after node2 was back OK
+   succeeds); the restart brings node2 back to OK. Prints time to detect and to recover.
+2. A pair that wedges again right after each restart: with --max-restarts 1, node2 is restarted once, then taken
+   out of the router and left out; PdfleetPairWedged keeps firing, no further restart, node1 and node3 serve."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from fleet.loadgen import Load
+from pdfleet.cluster import plan_inventory
+from pdfleet.fleet import Pair, RouterClient, RouterError, pairs_from_plan
+from pdfleet.paths import REPO_ROOT
+from sim.test_watchdog_sim import WATCHDOG_SITE, foreign_frame
+from simcluster import BIN, ScratchCluster, scratch_cluster, skip_reason, wait_for
+
+# long: 13.6 min measured on the shared 2-core machine (staging 306 s, the two tests ~8.5 min).
+pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.long]
+
+WEDGED_HOST = "node2"
+DEADLINE_S, INTERVAL_S, FAILURES, STALL_S = 20.0, 15.0, 2, 60.0  # the role's defaults, the foreground's too
+BUDGET_S = FAILURES * DEADLINE_S + INTERVAL_S
+# Under client load every member of the wedged pair keeps moving for other pairs' traffic, so its timed-out
+# canaries are excused as "busy" for up to the stall window first (pdfleet.watchdog.observe).
+LOADED_BUDGET_S = BUDGET_S + STALL_S + 2 * DEADLINE_S
+
+
+@dataclass
+class Fleet:
+    cluster: ScratchCluster
+    pairs: dict[str, Pair]
+    router: RouterClient
+    prometheus: str  # http://router1:9090
+    tmp: Path
+
+
+@pytest.fixture(scope="module")
+def pdfleet_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    root = tmp_path_factory.mktemp("wdfleet")
+    with scratch_cluster(root, source=REPO_ROOT / "inventory" / "sim-fleet") as c:
+        c.set_model("sglang", apply_patch=False)
+        t0 = time.monotonic()
+        c.playbook(WATCHDOG_SITE)  # remediation alert: the deployed watchdog names, Prometheus alerts
+        print(f"\nfleet staged (pristine, watchdog + Prometheus on router1): {time.monotonic() - t0:.0f} s")
+        c.wait_ready()
+        plan = plan_inventory(c.inventory)
+        router = RouterClient(plan.router_url)
+        yield Fleet(c, pairs_from_plan(plan), router, f"http://{urlsplit(plan.router_url).hostname}:9090", root)
+
+
+def deployed_status(f: Fleet) -> dict[str, Any]:
+    proc = f.cluster.ssh("pdfleet-watchdog status --json", timeout=60, host="router1")
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def local_status(state_file: Path) -> dict[str, Any]:
+    proc = subprocess.run([str(BIN / "pdfleet"), "watchdog", "status", "--state-file", str(state_file), "--json"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+def firing(f: Fleet, alert: str, pair: str) -> bool:
+    with urllib.request.urlopen(f"{f.prometheus}/api/v1/alerts", timeout=10) as r:
+        alerts = json.loads(r.read())["data"]["alerts"]
+    return any(a["labels"].get("alertname") == alert and a["labels"].get("pair") == pair
+               and a["state"] == "firing" for a in alerts)
+
+
+def wedge(f: Fleet, host: str) -> float:
+    prefill = f.pairs[host].role("prefill")[0]
+    assert prefill.bootstrap_port, prefill
+    return foreign_frame(prefill.address, int(prefill.bootstrap_port))
+
+
+def since(doc: dict[str, Any], host: str, after: float) -> list[dict[str, Any]]:
+    return [t for t in doc["transitions"] if t["host"] == host and t["at"] >= after]
+
+
+def first(doc: dict[str, Any], host: str, to: str, after: float) -> float | None:
+    return next((t["at"] for t in since(doc, host, after) if t["to"] == to), None)
+
+
+def restarts_ok(doc: dict[str, Any], host: str, action: str = "restart") -> int:
+    return sum(r["count"] for r in doc["remediation"]["remediations"]
+               if r["host"] == host and r["action"] == action and r["result"] == "ok")
+
+
+@dataclass
+class MembershipPoller:
+    """The router's worker list every 0.5 s: how many pairs are fully listed at each poll."""
+
+    router: RouterClient
+    pairs: dict[str, Pair]
+    polls: list[tuple[float, frozenset[str]]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                urls = {w.spec.url for w in self.router.workers()}
+                full = frozenset(h for h, p in self.pairs.items() if all(u in urls for u in p.urls))
+                self.polls.append((time.time(), full))
+            except RouterError as e:
+                self.errors.append(str(e))
+            self._stop.wait(0.5)
+
+    @contextmanager
+    def running(self) -> Iterator[MembershipPoller]:
+        t = threading.Thread(target=self._run, daemon=True)
+        t.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            t.join(10)
+
+    def min_full(self) -> int:
+        return min(len(full) for _, full in self.polls)
+
+    def first_without(self, host: str, after: float) -> float | None:
+        return next((t for t, full in self.polls if t >= after and host not in full), None)
+
+
+@contextmanager
+def foreground_watchdog(f: Fleet, name: str, *args: str) -> Iterator[Path]:
+    """`pdfleet watchdog run -i` from this machine (journals and restarts over SSH); its state file."""
+    state, log = f.tmp / f"{name}.json", f.tmp / f"{name}.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([str(BIN / "pdfleet"), "watchdog", "run", "-i", str(f.cluster.inventory),
+                                 "--state-file", str(state), "--remediation", "restart", *args],
+                                stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+        try:
+            wait_for(f"{name}: every pair OK", lambda: state.exists() and local_status(state)["ok"], 240, 2.0)
+            yield state
+        except BaseException:
+            print(f"--- {name} log (tail) ---\n{log.read_text()[-6000:]}")
+            raise
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+    print(f"--- {name} log (tail) ---\n{log.read_text()[-3000:]}")
+
+
+def test_one_wedged_pair_is_named_and_healed_while_the_others_serve(pdfleet_sim: Fleet) -> None:
+    f = pdfleet_sim
+    others = [h for h in f.pairs if h != WEDGED_HOST]
+    assert len(f.pairs) == 3 and WEDGED_HOST in f.pairs, f.pairs
+    wait_for("deployed watchdog: every pair OK", lambda: deployed_status(f)["ok"], 240, 2.0)
+    poller = MembershipPoller(f.router, f.pairs)
+    with (foreground_watchdog(f, "restart") as state, poller.running(),
+          Load(f.cluster.router_url, f.cluster.model, rate=2.0, deadline_s=30.0) as load):
+        time.sleep(5)
+        sent = wedge(f, WEDGED_HOST)
+        deployed = wait_for("deployed watchdog: node2 WEDGED",
+                            lambda: (d := deployed_status(f)) and first(d, WEDGED_HOST, "WEDGED", sent) and d,
+                            2 * LOADED_BUDGET_S, 2.0)
+        detect_deployed = first(deployed, WEDGED_HOST, "WEDGED", sent) - sent
+        wait_for("PdfleetPairWedged firing for node2", lambda: firing(f, "PdfleetPairWedged", WEDGED_HOST), 180, 2.0)
+        alert_s = time.time() - sent
+        doc = wait_for("foreground watchdog: node2 WEDGED, restarted, OK",
+                       lambda: (d := local_status(state)) and (w := first(d, WEDGED_HOST, "WEDGED", sent))
+                       and first(d, WEDGED_HOST, "OK", w) and restarts_ok(d, WEDGED_HOST) >= 1 and d, 900, 2.0)
+        wedged_at = first(doc, WEDGED_HOST, "WEDGED", sent)
+        ok_at = first(doc, WEDGED_HOST, "OK", wedged_at)
+        assert wedged_at and ok_at
+        out_at = poller.first_without(WEDGED_HOST, sent)
+        time.sleep(20)  # requests that start after node2 is back must all be served
+        deployed = deployed_status(f)
+    summary = load.summary()
+    after_ok = [o for o in load.outcomes if o.started >= ok_at]
+    print(f"[fleet, one pair wedged] deployed watchdog WEDGED {detect_deployed:.1f} s after the frame; "
+          f"PdfleetPairWedged firing {alert_s:.1f} s after it (budget to WEDGED under load {LOADED_BUDGET_S:g} s)")
+    print(f"[fleet, one pair wedged] foreground watchdog: time to detect {wedged_at - sent:.1f} s, out of the "
+          f"router {(out_at - sent) if out_at else float('nan'):.1f} s, time to recover (OK) {ok_at - sent:.1f} s "
+          "after the frame")
+    print(f"[fleet, one pair wedged] router polls {len(poller.polls)} (errors {len(poller.errors)}), fewest fully "
+          f"listed pairs {poller.min_full()}; load {summary}; after node2 was OK again: "
+          f"{sum(o.kind == 'ok' for o in after_ok)}/{len(after_ok)} ok")
+    assert wedged_at - sent <= LOADED_BUDGET_S, doc["transitions"]
+    assert detect_deployed <= LOADED_BUDGET_S, deployed["transitions"]
+    for d in (doc, deployed):
+        assert all(since(d, h, sent - 5) == [] for h in others), d["transitions"]
+    assert restarts_ok(doc, WEDGED_HOST) == 1, doc["remediation"]
+    assert poller.polls and poller.errors == [] and poller.min_full() >= 1, poller.errors
+    assert out_at is not None, "node2 was never taken out of the router"
+    assert after_ok and all(o.kind == "ok" for o in after_ok), [o for o in after_ok if o.kind != "ok"][:3]
+    assert summary["ok"] >= 0.5 * summary["sent"], summary
+    wait_for("deployed watchdog: node2 OK again", lambda: deployed_status(f)["ok"], 3 * BUDGET_S, 2.0)
+    assert f.cluster.chat("In one sentence, what is PCIe? (after node2's restart)")["usage"]["completion_tokens"] > 0
+
+
+def test_a_pair_that_wedges_after_each_restart_is_left_out(pdfleet_sim: Fleet) -> None:
+    f = pdfleet_sim
+    max_restarts = 1
+    others = [h for h in f.pairs if h != WEDGED_HOST]
+    wait_for("deployed watchdog: every pair OK", lambda: deployed_status(f)["ok"], 240, 2.0)
+    poller = MembershipPoller(f.router, f.pairs)
+    with (foreground_watchdog(f, "limit", "--max-restarts", str(max_restarts)) as state, poller.running(),
+          Load(f.cluster.router_url, f.cluster.model, rate=2.0, deadline_s=30.0) as load):
+        start = time.time()
+        wedges = [wedge(f, WEDGED_HOST)]
+        deadline = time.monotonic() + 1200
+        while True:
+            assert time.monotonic() < deadline, local_status(state)
+            doc = local_status(state)
+            if WEDGED_HOST in doc["remediation"]["left_out"]:
+                break
+            # re-wedge right after each restart: the pair came back OK after the last frame
+            if restarts_ok(doc, WEDGED_HOST) >= len(wedges) and first(doc, WEDGED_HOST, "OK", wedges[-1]):
+                wedges.append(wedge(f, WEDGED_HOST))
+            time.sleep(1.0)
+        left_out_at = time.time()
+        time.sleep(3 * INTERVAL_S)  # rounds after the limit: no more restarts, still out
+        doc = local_status(state)
+        listed = {w.spec.url for w in f.router.workers()}
+        wait_for("PdfleetPairWedged still firing for node2", lambda: firing(f, "PdfleetPairWedged", WEDGED_HOST),
+                 180, 2.0)
+        deployed = deployed_status(f)
+        served = f.cluster.chat("In one sentence, what is PCIe? (node2 left out)")
+    summary = load.summary()
+    after_out = [o for o in load.outcomes if o.started >= left_out_at]
+    rem = doc["remediation"]
+    print(f"[fleet, re-wedged after each restart, max {max_restarts}/h] frames sent {len(wedges)}; restarts "
+          f"{restarts_ok(doc, WEDGED_HOST)}; left out {rem['left_out']} {left_out_at - start:.0f} s after the first "
+          f"frame; last decision {rem['last_decisions'].get(WEDGED_HOST)}")
+    print(f"[fleet, re-wedged] router polls {len(poller.polls)}, fewest fully listed pairs {poller.min_full()}; "
+          f"load {summary}; after node2 was left out: {sum(o.kind == 'ok' for o in after_out)}/{len(after_out)} ok")
+    assert restarts_ok(doc, WEDGED_HOST) == max_restarts, rem
+    assert restarts_ok(doc, WEDGED_HOST, "leave_out") == 1, rem
+    assert len(wedges) == max_restarts + 1
+    assert rem["left_out"] == [WEDGED_HOST], rem
+    assert not any(u in listed for u in f.pairs[WEDGED_HOST].urls), listed
+    assert all(all(u in listed for u in f.pairs[h].urls) for h in others), listed
+    assert deployed["pairs"][WEDGED_HOST]["state"] == "WEDGED", deployed["pairs"]
+    assert all(deployed["pairs"][h]["state"] == "OK" for h in others), deployed["pairs"]
+    assert all(doc["pairs"][h]["state"] == "OK" for h in others), doc["pairs"]
+    assert poller.errors == [] and poller.min_full() >= 1
+    assert after_out and all(o.kind == "ok" for o in after_out), [o for o in after_out if o.kind != "ok"][:3]
+    assert served["usage"]["completion_tokens"] > 0
