@@ -1,0 +1,49 @@
+"""The pdfleet_watchdog role refuses restart remediation where the deployed watchdog could not restart a pair
+(workers on other hosts than the router's), before it changes anything; on a one-host plan it has nothing to
+refuse. Runs the role's own tasks on localhost in check mode (the refusal is its second check)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from pdfleet.cluster import plan_inventory
+from pdfleet.paths import REPO_ROOT
+
+BIN = Path(sys.executable).parent
+ROLE_DIR = REPO_ROOT / "ansible" / "roles"
+WHEEL = {"path": "/nonexistent/pdfleet-0-py3-none-any.whl", "sha256": "0" * 64}
+
+
+def _play(tmp_path: Path, body: str, extra: dict) -> subprocess.CompletedProcess[str]:
+    book = tmp_path / "play.yml"
+    book.write_text("- hosts: localhost\n  connection: local\n  gather_facts: false\n  tasks:\n" + body)
+    (tmp_path / "vars.json").write_text(json.dumps(extra))
+    return subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "--check", str(book),
+                           "-e", f"@{tmp_path / 'vars.json'}"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=300, check=False, env={"ANSIBLE_ROLES_PATH": str(ROLE_DIR), "PATH": str(BIN),
+                                                         "ANSIBLE_NOCOLOR": "1"})
+
+
+def test_restart_on_a_router_host_without_the_workers_is_refused(tmp_path: Path) -> None:
+    plan = plan_inventory(REPO_ROOT / "inventory" / "sim-fleet").to_dict()
+    proc = _play(tmp_path, "    - ansible.builtin.include_role:\n        name: pdfleet_watchdog\n",
+                 {"pdfleet_watchdog_plan": plan, "pdfleet_watchdog_local_host": "router1",
+                  "pdfleet_watchdog_wheel": WHEEL, "pdfleet_watchdog_remediation": "restart"})
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0, out[-3000:]
+    assert "router1: pdfleet_watchdog_remediation=restart, but the pairs on node1, node2, node3 run on other" in out
+    assert "changed=0" in out and "Install the Debian packages" not in out, out[-3000:]
+
+
+def test_a_one_host_plan_has_no_remote_pairs(tmp_path: Path) -> None:
+    for inventory, host, expected in (("sim", "node1", []), ("sim-fleet", "node2", ["node1", "node3"])):
+        plan = plan_inventory(REPO_ROOT / "inventory" / inventory).to_dict()
+        body = (f"    - ansible.builtin.include_vars: {ROLE_DIR / 'pdfleet_watchdog' / 'vars' / 'main.yml'}\n"
+                "    - ansible.builtin.debug:\n"
+                "        msg: \"REMOTE={{ __pdfleet_watchdog_remote_pairs | to_json }}\"\n")
+        proc = _play(tmp_path, body, {"pdfleet_watchdog_plan": plan, "pdfleet_watchdog_local_host": host})
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        assert f"REMOTE={json.dumps(expected)}" in proc.stdout, proc.stdout[-2000:]
