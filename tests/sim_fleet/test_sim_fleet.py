@@ -83,15 +83,20 @@ def test_fleet_converges_and_serves_across_hosts(fleet: ScratchCluster) -> None:
 
     # Cross-host pairs: distinct prompts, so the cache-aware prefill choice and the round-robin decode
     # choice are independent; each decode counts the prefill (bootstrap address) of every request it served.
-    before = {i: _get(units[f"pdfleet-decode{i}"]["url"] + "/pdfleet/sim")["prefill_peers"] for i in range(3)}
-    for n in range(18):
-        out_msg = fleet.chat(f"Request {n}: in one sentence, what is topic number {n * 7919}?")
-        assert out_msg["usage"]["completion_tokens"] > 0
+    # The watchdog's canaries (same-host pairs, every 15 s) would be counted too: it pauses while we count.
+    assert fleet.ssh("systemctl stop pdfleet-watchdog", host="router1").returncode == 0
+    try:
+        before = {i: _get(units[f"pdfleet-decode{i}"]["url"] + "/pdfleet/sim")["prefill_peers"] for i in range(3)}
+        for n in range(18):
+            out_msg = fleet.chat(f"Request {n}: in one sentence, what is topic number {n * 7919}?")
+            assert out_msg["usage"]["completion_tokens"] > 0
+        afters = {i: _get(units[f"pdfleet-decode{i}"]["url"] + "/pdfleet/sim")["prefill_peers"] for i in range(3)}
+    finally:
+        assert fleet.ssh("systemctl start pdfleet-watchdog", host="router1").returncode == 0
     host_of = {f"{units[f'pdfleet-prefill{i}']['address']}:8998": WORKER_HOSTS[i] for i in range(3)}
     cross = served = 0
     for i in range(3):
-        after = _get(units[f"pdfleet-decode{i}"]["url"] + "/pdfleet/sim")["prefill_peers"]
-        for addr, count in after.items():
+        for addr, count in afters[i].items():
             new = count - before[i].get(addr, 0)
             served += new
             if host_of[addr] != WORKER_HOSTS[i]:
