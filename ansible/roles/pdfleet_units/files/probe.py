@@ -1,13 +1,18 @@
 """The pdfleet_units role's one look at a host (run with the host's python3, argv[1] = JSON settings).
 
 Prints JSON: the service user and group, each managed directory's and file's mode/owner/group (files also
-their sha256, never their content: secrets.env is one of them) and each unit's enabled/active state, so a
-converged host costs one round trip and the role's tasks run only for what differs. Changes nothing.
+their sha256, never their content: secrets.env is one of them), each unit's enabled/active state, and for the
+prune the host's pdfleet-*.service files: the names of all of them ("present") and, for those the plan does not
+name, their path and base64 content ("unplanned", in the shape of ansible.builtin.slurp's results, which
+pdfleet.prune reads). A converged host costs one round trip and the role's tasks run only for what differs.
+Every key of the settings is optional. Changes nothing.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import glob
 import grp
 import hashlib
 import json
@@ -47,22 +52,38 @@ def _states(verb: str, units: list[str]) -> list[str]:
     return lines if len(lines) == len(units) else ["unknown"] * len(units)
 
 
+def _unit_files(unit_dir: str, planned: list[str]) -> dict:
+    paths = sorted(glob.glob(os.path.join(unit_dir, "pdfleet-*.service")))
+    names = [os.path.basename(p)[: -len(".service")] for p in paths]
+    unplanned = []
+    for path, name in zip(paths, names, strict=True):
+        if name in planned:
+            continue
+        with open(path, "rb") as f:
+            unplanned.append({"source": path, "content": base64.b64encode(f.read()).decode()})
+    return {"present": names, "unplanned": unplanned}
+
+
 def main() -> None:
     cfg = json.loads(sys.argv[1])
-    out = {"user": None, "group": None}
-    try:
-        u = pwd.getpwnam(cfg["user"])
-        out["user"] = {"group": _name(grp.getgrgid, u.pw_gid), "home": u.pw_dir, "shell": u.pw_shell,
-                       "groups": sorted(g.gr_name for g in grp.getgrall() if cfg["user"] in g.gr_mem)}
-    except KeyError:
-        pass
-    with contextlib.suppress(KeyError):
-        out["group"] = grp.getgrnam(cfg["group"]).gr_name
-    out["dirs"] = {p: _stat(p, False) for p in cfg["dirs"]}
-    out["files"] = {p: _stat(p, True) for p in cfg["files"]}
-    units = cfg["units"]
+    out: dict = {"user": None, "group": None}
+    if cfg.get("user"):
+        try:
+            u = pwd.getpwnam(cfg["user"])
+            out["user"] = {"group": _name(grp.getgrgid, u.pw_gid), "home": u.pw_dir, "shell": u.pw_shell,
+                           "groups": sorted(g.gr_name for g in grp.getgrall() if cfg["user"] in g.gr_mem)}
+        except KeyError:
+            pass
+    if cfg.get("group"):
+        with contextlib.suppress(KeyError):
+            out["group"] = grp.getgrnam(cfg["group"]).gr_name
+    out["dirs"] = {p: _stat(p, False) for p in cfg.get("dirs", [])}
+    out["files"] = {p: _stat(p, True) for p in cfg.get("files", [])}
+    units = cfg.get("units", [])
     out["units"] = {u: {"enabled": e, "active": a}
                     for u, e, a in zip(units, _states("is-enabled", units), _states("is-active", units), strict=True)}
+    if "unit_dir" in cfg:
+        out.update(_unit_files(cfg["unit_dir"], cfg.get("planned", [])))
     print(json.dumps(out))
 
 
