@@ -75,9 +75,11 @@ def test_the_roles_filter_reads_slurp_results(tmp_path: Path) -> None:
 
 
 def test_the_roles_find_pattern_is_the_convention() -> None:
-    tasks = yaml.safe_load((REPO_ROOT / "ansible/roles/pdfleet_units/tasks/prune.yml").read_text())
-    find = next(t for t in tasks if "ansible.builtin.find" in t)["ansible.builtin.find"]
-    assert find["paths"] == prune.UNIT_DIR and find["patterns"] == [prune.UNIT_GLOB]
+    role_vars = yaml.safe_load((REPO_ROOT / "ansible/roles/pdfleet_units/vars/main.yml").read_text())
+    assert role_vars["__pdfleet_units_unit_dir"] == prune.UNIT_DIR
+    assert role_vars["__pdfleet_units_unit_glob"] == prune.UNIT_GLOB
+    settings = role_vars["__pdfleet_units_probe_settings"]
+    assert "'unit_dir': __pdfleet_units_unit_dir" in settings and "'unit_glob': __pdfleet_units_unit_glob" in settings
 
 
 def test_scan_command_output_is_parsed(tmp_path: Path) -> None:

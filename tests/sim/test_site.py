@@ -7,7 +7,7 @@ import json
 import time
 
 import pytest
-from simcluster import SITE, ScratchCluster, recap
+from simcluster import SITE, ScratchCluster, recap, wait_for
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -59,6 +59,54 @@ def test_drift_fails_and_leaves_the_file_untouched(converged: ScratchCluster) ->
     finally:
         converged.ssh(f"sed -i '$ d' {conn}")  # undo the hand edit: the file is patched again
     assert converged.ssh(f"sha256sum {conn}").stdout.split()[0] == record["sha256"]
+
+
+WATCHDOG_WHEEL_FILE = "/opt/pdfleet-watchdog/venv/lib/python3*/site-packages/pdfleet/watchdog/__init__.py"
+APPENDED = ["/etc/systemd/system/pdfleet-watchdog.service", "/etc/prometheus/pdfleet-alerts.yml",
+            "/srv/models/DeepSeek-V4-Flash/README.md", WATCHDOG_WHEEL_FILE]
+CHMODDED = "/etc/pdfleet-watchdog/plan.json"
+# What an operator's hand does on the host; the next converge must put each one back.
+DRIFT = [f"echo '# hand edit' >> {p}" for p in APPENDED] + [f"chmod 0644 {CHMODDED}"]
+
+
+def _fingerprint(cluster: ScratchCluster) -> str:
+    paths = " ".join([*APPENDED, CHMODDED])
+    return cluster.ssh(f"stat -c '%n %a %U %G' {paths} && sha256sum {paths} && systemctl is-active prometheus").stdout
+
+
+def test_drift_is_noticed_by_the_one_look_and_put_back(converged: ScratchCluster) -> None:
+    """The roles decide "already so" from one look per role: a hand edit of a file, its mode, the installed wheel
+    or a stopped service must still be seen and put back by the next converge (and only then is it a no-op)."""
+    before = _fingerprint(converged)
+    assert "active" in before.splitlines()[-1], before
+    for command in DRIFT:
+        assert converged.ssh(command).returncode == 0, command
+    assert converged.ssh("systemctl stop prometheus").returncode == 0
+    assert _fingerprint(converged) != before
+    proc = converged.playbook(SITE, "--skip-tags", "verify")
+    changed = [line.split("[", 1)[1].split("]", 1)[0] for line in _changed_tasks(proc.stdout)]
+    for task in ("pdfleet_watchdog : Write the unit", "pdfleet_watchdog : Write the plan document the watchdog watches",
+                 "pdfleet_watchdog : Install the pdfleet wheel without dependencies",
+                 "pdfleet_monitoring : Install the pdfleet alert rules (checked by promtool first)",
+                 "pdfleet_monitoring : Enable and start Prometheus",
+                 "model : Write the simulation stand-in (a tokenizer, no weights)"):
+        assert task in changed, f"{task!r} did not run; changed: {changed}"
+    wait_for("prometheus and the watchdog active again",
+             lambda: converged.ssh("systemctl is-active prometheus pdfleet-watchdog").stdout.split()
+             == ["active", "active"], 60)
+    assert _fingerprint(converged) == before
+    assert recap(converged.playbook(SITE, "--skip-tags", "verify").stdout, "node1")["changed"] == 0
+
+
+def _changed_tasks(stdout: str) -> list[str]:
+    """The TASK lines whose result on node1 was "changed" (the default callback's text)."""
+    out, task = [], ""
+    for line in stdout.splitlines():
+        if line.startswith(("TASK [", "RUNNING HANDLER [")):
+            task = line
+        elif line.startswith("changed: [node1]") and task:
+            out.append(task)
+    return out
 
 
 def test_the_watchdog_runs_from_the_wheel_and_watches_the_pair(converged: ScratchCluster) -> None:

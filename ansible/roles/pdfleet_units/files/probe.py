@@ -52,8 +52,8 @@ def _states(verb: str, units: list[str]) -> list[str]:
     return lines if len(lines) == len(units) else ["unknown"] * len(units)
 
 
-def _unit_files(unit_dir: str, planned: list[str]) -> dict:
-    paths = sorted(glob.glob(os.path.join(unit_dir, "pdfleet-*.service")))
+def _unit_files(unit_dir: str, pattern: str, planned: list[str]) -> dict:
+    paths = sorted(glob.glob(os.path.join(unit_dir, pattern)))
     names = [os.path.basename(p)[: -len(".service")] for p in paths]
     unplanned = []
     for path, name in zip(paths, names, strict=True):
@@ -83,7 +83,7 @@ def main() -> None:
     out["units"] = {u: {"enabled": e, "active": a}
                     for u, e, a in zip(units, _states("is-enabled", units), _states("is-active", units), strict=True)}
     if "unit_dir" in cfg:
-        out.update(_unit_files(cfg["unit_dir"], cfg.get("planned", [])))
+        out.update(_unit_files(cfg["unit_dir"], cfg["unit_glob"], cfg.get("planned", [])))
     print(json.dumps(out))
 
 
