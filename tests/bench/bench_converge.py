@@ -11,11 +11,15 @@ the three-host fleet; own bridge, subnet and state dir, torn down at the end) it
   4. runs `site.yml --tags verify` and reports the verification play's time beyond its kill windows
      (cascade cycles x window_s from the verdict report).
 With several `--inventory` options the fleet ratios (each no-op converge / the first one's) are printed too.
-The cold `make site` on a machine without caches cannot be measured honestly on a shared machine whose caches
-exist; `--cold-howto` prints how to measure it, phase by phase, on a fresh machine.
+`--cold` times the part of a cold `make site` that a machine with caches can still measure: the golden image and
+CPU runtime built into an empty cache directory (concurrently), then the first converge and the verification on
+those hosts; host packages and the project venv need a fresh machine: `--cold-howto` prints every phase.
 
 Run as root:  .venv/bin/python tests/bench/bench_converge.py [--inventory DIR ...] [--json]
               [--ansible-arg=-e --ansible-arg=pdfleet_provision_serial=100%]
+              .venv/bin/python tests/bench/bench_converge.py --cold     # the cold image/runtime build instead
+Each no-op figure also says where the CPU went (the controller's and the whole machine's busy share): on one
+machine the simulated hosts share its cores with the controller.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -62,16 +67,37 @@ def _ts(text: str) -> float:
 EXTRA_ARGS: list[str] = []  # --ansible-arg: passed to every ansible-playbook run
 
 
+def machine_busy_s() -> float:
+    """CPU seconds this machine's cores have been busy since boot (/proc/stat: all but idle and iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+CPU: dict[str, dict[str, float]] = {}  # per playbook run label: where the CPU went (filled by playbook())
+
+
 def playbook(cluster: ScratchCluster, *extra: str) -> tuple[float, dict]:
-    """Run site.yml with the JSON callback; (wall seconds, the callback's document)."""
+    """Run site.yml with the JSON callback; (wall seconds, the callback's document). Also records in CPU the
+    controller's CPU (ansible-playbook and what it waited for) and the whole machine's busy CPU during the run:
+    on one machine the simulated hosts' modules share its cores with the controller, so a fleet that is slower
+    than one host while the cores were saturated is bound by this machine, not by the playbooks."""
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_NOCOLOR="1",
                ANSIBLE_JSON_INDENT="0")
     verify = json.dumps({"pdfleet_verify_args": ["--cycles", "1"],
                          "pdfleet_verify_reports_dir": str(cluster.reports_dir)})
-    t0 = time.monotonic()
+    t0, busy0, own0 = time.monotonic(), machine_busy_s(), children_cpu_s()
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(cluster.inventory), str(SITE), "-e", verify,
                            *EXTRA_ARGS, *extra], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
     wall = time.monotonic() - t0
+    busy, own = machine_busy_s() - busy0, children_cpu_s() - own0
+    cores = os.cpu_count() or 1
+    CPU[" ".join(extra) or "site.yml"] = {"controller_cpu_s": round(own, 1), "machine_busy_cpu_s": round(busy, 1),
+                                          "cores": cores, "machine_busy_share": round(busy / (wall * cores), 2)}
     start = proc.stdout.find("{")
     if proc.returncode != 0 or start < 0:
         raise SystemExit(f"site.yml {' '.join(extra)} failed (rc {proc.returncode}):\n{proc.stdout[-4000:]}\n"
@@ -145,6 +171,7 @@ def bench_one(source: Path, root: Path) -> dict[str, object]:
         log(f"{source}: ansible -m setup (3 times), the no-op converge (--skip-tags verify), setup again")
         before = setup_time(cluster)
         noop_wall, noop = playbook(cluster, "--skip-tags", "verify")
+        noop_cpu = CPU["--skip-tags verify"]
         setup_s = (before + setup_time(cluster)) / 2
         log(f"{source}: verification alone (--tags verify)")
         verify_wall, verify = playbook(cluster, "--tags", "verify")
@@ -160,12 +187,37 @@ def bench_one(source: Path, root: Path) -> dict[str, object]:
         "setup_s": round(setup_s, 1),
         "noop_over_setup": round(noop_wall / setup_s, 2),
         "noop": noop_prof,
+        "noop_cpu": noop_cpu,
         "verify_play_s": round(verify_s, 1),
         "verify_wall_s": round(verify_wall, 1),
         "kill_windows_s": windows,
         "verify_checks_s": check_s,
         "verify_beyond_windows_over_windows": round((verify_s - windows) / windows, 2) if windows else None,
     }
+
+
+def bench_cold(root: Path) -> dict[str, object]:
+    """The cold part of `make site` that can be measured on a machine whose caches exist: the golden image and the
+    CPU runtime built from nothing into a fresh cache directory (concurrently; `pdfleet sim up` shows each one's
+    progress and time), then the first converge and the verification on those hosts. Host packages and the
+    project venv need a fresh machine (`--cold-howto`)."""
+    cache = root / "cold-cache"
+    with scratch_cluster(root / "cold", source=DEFAULT_INVENTORY) as cluster:
+        log(f"cold: golden image and CPU runtime into the empty {cache} (several minutes)")
+        t0 = time.monotonic()
+        proc = subprocess.run([str(BIN / "pdfleet"), "sim", "up", "-i", str(cluster.inventory), "--cache-dir",
+                               str(cache)], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True, check=False)
+        hosts_s = time.monotonic() - t0
+        if proc.returncode != 0:
+            raise SystemExit(f"pdfleet sim up into a fresh cache failed (rc {proc.returncode})")
+        log("cold: first converge (--skip-tags verify)")
+        converge_s, _ = playbook(cluster, "--skip-tags", "verify")
+        cluster.wait_ready()
+        log("cold: verification (--tags verify)")
+        verify_s, _ = playbook(cluster, "--tags", "verify")
+    return {"image_and_runtime_s": round(hosts_s, 1), "first_converge_s": round(converge_s, 1),
+            "verify_s": round(verify_s, 1), "total_s": round(hosts_s + converge_s + verify_s, 1),
+            "not_measured": "host packages (apt) and the project venv: a fresh machine only (--cold-howto)"}
 
 
 def print_figures(figures: dict) -> None:
@@ -179,11 +231,14 @@ def print_figures(figures: dict) -> None:
         noop = run["noop"]
         print(f"  {'no-op changed':36} {noop['changed']}")
         print(f"  {'no-op tasks run / total':36} {noop['tasks_run']} / {noop['tasks_total']}")
+        print(f"  {'no-op CPU (controller, machine)':36} {run['noop_cpu']}")
         print(f"  {'no-op per stage (s)':36} {noop['stages_s']}")
         print(f"  {'no-op per role (s)':36} {noop['roles_s']}")
         print("  slowest no-op tasks:")
         for secs, name in noop["slowest_tasks"]:
             print(f"    {secs:6.2f}  {name}")
+    for key, value in figures.get("cold", {}).items():
+        print(f"cold {key:33} {value}")
     for key, value in figures.get("fleet", {}).items():
         print(f"{key:38} {value}")
     print(f"load average at the end: {figures['loadavg']}")
@@ -197,6 +252,9 @@ def main() -> int:
                         help="an extra ansible-playbook argument for every run (repeat), e.g. -e k=v")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--cold-howto", action="store_true", help="print how to measure a cold `make site`")
+    parser.add_argument("--cold", action="store_true",
+                        help="instead of the no-op figures: build the golden image and CPU runtime into an empty "
+                             "cache and time the first converge and verification on them (several minutes)")
     args = parser.parse_args()
     if args.cold_howto:
         print(COLD_HOWTO)
@@ -211,11 +269,17 @@ def main() -> int:
             print(f"bench_converge: {s}: no hosts.yml; pass a sim inventory directory", file=sys.stderr)
             return 2
     runs = []
+    cold: dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="pdfleet-bench-converge-") as tmp:
-        for i, source in enumerate(sources):
-            runs.append(bench_one(source, Path(tmp) / str(i)))
+        if args.cold:
+            cold = bench_cold(Path(tmp))
+        else:
+            for i, source in enumerate(sources):
+                runs.append(bench_one(source, Path(tmp) / str(i)))
     figures: dict[str, object] = {"runs": runs, "loadavg": os.getloadavg()}
-    if len(runs) > 1:
+    if cold:
+        figures["cold"] = cold
+    if len(runs) > 1 and not args.cold:
         base = runs[0]["noop_converge_s"]
         figures["fleet"] = {f"noop {r['inventory']} / {runs[0]['inventory']}": round(r["noop_converge_s"] / base, 2)
                             for r in runs[1:]}
