@@ -33,7 +33,7 @@ def _file(path: str) -> dict | None:
 
 
 def main() -> None:
-    cfg = json.loads(sys.argv[1])
+    cfg = json.loads(sys.stdin.readline())  # settings: one JSON line on stdin (pdfleet_probe)
     rows = _run(["dpkg-query", "-W", "-f", "${Package} ${Version} ${Status}\n"])["stdout"].splitlines()
     out = {"packages": {w[0]: w[1] for w in (r.split() for r in rows) if len(w) == 5 and w[4] == "installed"},
            "source_exists": os.path.exists(cfg["source"]), "profile": _file(cfg["profile"]),

@@ -29,7 +29,7 @@ def _who(st: os.stat_result) -> tuple[str, str]:
 
 
 def main() -> None:
-    cfg = json.loads(sys.argv[1])
+    cfg = json.loads(sys.stdin.readline())  # settings: one JSON line on stdin (pdfleet_probe)
     out: dict = {"dir": None, "files": []}
     try:
         st = os.stat(cfg["path"])

@@ -21,7 +21,7 @@ def _run(argv: list[str]) -> dict:
 
 
 def main() -> None:
-    cfg = json.loads(sys.argv[1])
+    cfg = json.loads(sys.stdin.readline())  # settings: one JSON line on stdin (pdfleet_probe)
     rows = _run(["dpkg-query", "-W", "-f", "${Package} ${Version} ${Status}\n"])["stdout"].splitlines()
     out: dict = {"packages": sorted(w[0] for w in (r.split() for r in rows) if len(w) == 5 and w[4] == "installed")}
     python = os.path.join(cfg["venv"], "bin", "python")

@@ -58,7 +58,7 @@ def _key(url: str) -> dict:
 
 
 def main() -> None:
-    cfg = json.loads(sys.argv[1])
+    cfg = json.loads(sys.stdin.readline())  # settings: one JSON line on stdin (pdfleet_probe)
     out: dict = {}
     if cfg.get("secure_boot_command"):
         out["secure_boot"] = _run(cfg["secure_boot_command"])

@@ -33,7 +33,7 @@ def _run(*argv: str) -> str:
 
 
 def main() -> None:
-    cfg = json.loads(sys.argv[1])
+    cfg = json.loads(sys.stdin.readline())  # settings: one JSON line on stdin (pdfleet_probe)
     status = _run("dpkg-query", "-W", "-f", "${db:Status-Status}", cfg["package"])
     print(json.dumps({"installed": status == "installed",
                       "files": {p: _file(p) for p in cfg["files"]},

@@ -65,7 +65,7 @@ def _unit_files(unit_dir: str, pattern: str, planned: list[str]) -> dict:
 
 
 def main() -> None:
-    cfg = json.loads(sys.argv[1])
+    cfg = json.loads(sys.stdin.readline())  # settings: one JSON line on stdin (pdfleet_probe)
     out: dict = {"user": None, "group": None}
     if cfg.get("user"):
         try:

@@ -98,7 +98,7 @@ def _unit(name: str) -> dict[str, str]:
 
 
 def main() -> None:
-    cfg = json.loads(sys.argv[1])
+    cfg = json.loads(sys.stdin.readline())  # settings: one JSON line on stdin (pdfleet_probe)
     out: dict = {"debs_missing": _debs_missing(cfg["debs"]), "user": None, "group": None, "dists": [],
                  "wheel_bad": "not installed"}
     with contextlib.suppress(KeyError):

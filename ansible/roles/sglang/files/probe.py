@@ -76,7 +76,7 @@ def _record_bad(purelib: str, dist_info: str) -> str:
 
 
 def main() -> None:
-    cfg = json.loads(sys.argv[1])
+    cfg = json.loads(sys.stdin.readline())  # settings: one JSON line on stdin (pdfleet_probe)
     out = {"debs_missing": [], "purelib": "", "dists": [], "conn_sha256": "", "files": {}, "wheel_ok": False,
            "wheel_bad": "not installed"}
     if cfg.get("debs"):
