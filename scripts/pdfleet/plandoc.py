@@ -10,6 +10,7 @@ control machine (`paths`) and the simulated hosts' version-specific packages (`s
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,9 @@ def plan_document(plan: Plan) -> dict[str, Any]:
 
 
 def read_plan_document(path: Path) -> dict[str, Any]:
-    """A plan document from a file; refuses another schema with the way out."""
+    """A plan document from a file (``-``: standard input); refuses another schema with the way out."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8"))
     except OSError as e:
         raise PlanDocumentError(f"{path}: cannot read the plan document ({e.strerror or e})") from None
     except (ValueError, UnicodeDecodeError) as e:

@@ -97,3 +97,30 @@ def test_cascade_opens_its_sessions_per_prefill() -> None:
     assert cascade_settings(s, from_plan(plan_inventory(examples / "pd-4p4d"))).concurrency == 60
     assert cascade_settings(s, from_plan(plan_inventory(examples / "pd-fleet"))).concurrency == 180
     assert cascade_settings(s, from_plan(plan_inventory(examples / "mono-tp8"))).concurrency == 60
+
+
+def test_pauses_and_settle_use_the_quiet_wait_and_are_reported() -> None:
+    """Between cycles and after the last one the cascade waits through ``quiet`` (at most pause_s / settle_s);
+    without one it sleeps the whole time."""
+    async def go() -> None:
+        srv = await FakeServer(tokens=10_000, interval_s=0.02).start()
+        asked: list[float] = []
+
+        async def quiet(limit: float) -> float:
+            asked.append(limit)
+            return 0.1
+
+        try:
+            res = await abort_cascades(srv.url + "/v1/chat/completions", "m",
+                                       _settings(cycles=3, concurrency=4, pause_s=7.0, settle_s=4.0),
+                                       out=io.StringIO(), quiet=quiet)
+            assert asked == [7.0, 7.0, 4.0]
+            assert res.measured["pauses_s"] == [0.1, 0.1] and res.measured["settle_s"] == 0.1
+            slept = await abort_cascades(srv.url + "/v1/chat/completions", "m",
+                                         _settings(cycles=2, concurrency=2, pause_s=0.3, settle_s=0.2),
+                                         out=io.StringIO())
+            assert slept.measured["pauses_s"] == [0.3] and slept.measured["settle_s"] == 0.2
+        finally:
+            await srv.stop()
+
+    asyncio.run(go())

@@ -84,3 +84,49 @@ def test_missing_queue_gauges_make_recovery_inconclusive_not_silent() -> None:
             await srv.stop()
 
     asyncio.run(go())
+
+
+MONO_IDLE = "sglang:num_running_reqs 0\nsglang:num_queue_reqs 0\n"
+MONO_BUSY = "sglang:num_running_reqs 3\nsglang:num_queue_reqs 7\n"
+
+
+def test_the_cascade_pause_ends_when_the_queues_empty_and_not_before() -> None:
+    """wait_quiet (the cascade's pause and settle): busy queues keep it waiting, two empty reads end it early;
+    queues that never empty, an unexported gauge or an unreachable worker get the whole time."""
+    import asyncio
+    import time
+
+    from pdfleet.verify import checks
+    from pdfleet.verify.settings import Settings
+    from pdfleet.verify.targets import Target, Worker
+
+    from .fakeserver import FakeServer
+
+    async def go() -> None:
+        srv = await FakeServer(metrics=MONO_BUSY).start()
+        s = Settings(http_timeout_s=1.0)
+        try:
+            target = Target(router_url=srv.url, workers=[Worker("mono", "mono", srv.url)], model="m")
+
+            async def drain_after(seconds: float) -> None:
+                await asyncio.sleep(seconds)
+                srv.metrics = MONO_IDLE
+
+            drain = asyncio.create_task(drain_after(1.0))
+            waited = await checks.wait_quiet(target, s, 5.0, interval_s=0.1)
+            await drain
+            assert 1.0 <= waited < 2.0, waited  # not before the queues emptied, soon after
+            srv.metrics = MONO_BUSY  # a wedged worker: its queues never empty
+            assert await checks.wait_quiet(target, s, 1.0, interval_s=0.1) >= 1.0
+            srv.metrics = "sglang:num_running_reqs 0\n"  # idle cannot be proven without num_queue_reqs
+            assert await checks.wait_quiet(target, s, 1.0, interval_s=0.1) >= 1.0
+            srv.metrics = MONO_IDLE
+            t0 = time.monotonic()
+            assert await checks.wait_quiet(target, s, 5.0, interval_s=0.1) < 1.0
+            assert time.monotonic() - t0 < 1.0
+        finally:
+            await srv.stop()
+        gone = Target(router_url=srv.url, workers=[Worker("mono", "mono", srv.url)], model="m")
+        assert await checks.wait_quiet(gone, s, 1.0, interval_s=0.1) >= 1.0
+
+    asyncio.run(go())

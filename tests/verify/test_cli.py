@@ -66,7 +66,9 @@ HANDLED = ("Prefill transfer failed for request rank=0 req.rid='a' req.bootstrap
     ("Decode transfer failed ... Aborted by AbortReq.\nException in thread Thread-1 (bootstrap_thread):\n", 1, "fail"),
     ("nothing happened\n", 0, "pass"),  # the evidence is in the prefill's journal
 ])
-def test_resume_with_journal_dir(tmp_path: Path, decode_log: str, rc: int, verdict: str) -> None:
+def test_resume_with_journal_dir(tmp_path: Path, decode_log: str, rc: int, verdict: str,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # a passing verdict stores the benchmark baseline under ./reports
     report = tmp_path / "verify.json"
     _deferred_report(report)
     assert json.loads(report.read_text())["exit_code"] == 2  # deferred: not a verdict yet
@@ -99,3 +101,49 @@ def test_baseline_file_is_made_absolute_for_the_resume_run(tmp_path: Path, monke
     monkeypatch.chdir(tmp_path)
     s = settings_from_args(build_parser().parse_args(["verify", "--baseline-file", "kept/baselines.json"]))
     assert s.baseline_file == tmp_path / "kept" / "baselines.json"
+
+
+def test_resume_writes_the_journals_from_stdin_then_scans_them(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verification play's last step: the collected dumps on stdin are saved in the --journal-dir layout and
+    scanned in the same command; bad input is refused before anything is written."""
+    import io
+
+    report = tmp_path / "verify.json"
+    _deferred_report(report)
+    journal = tmp_path / "journal"
+    monkeypatch.chdir(tmp_path)  # a passing verdict stores the benchmark baseline under ./reports
+    dumps = {"node1": {"pdfleet-prefill0": {"since": "Prefill batch. #new-seq: 1\n" + HANDLED.rstrip("\n"),
+                                            "before": "boot ok",
+                                            "error": ""},
+                       "pdfleet-decode0": {"since": "Decode transfer failed ... Aborted by AbortReq.", "before": None,
+                                           "error": ""}}}
+    args = ["--resume", str(report), "--journal-dir", str(journal), "--journals-from-stdin", "--report", str(report)]
+    monkeypatch.setattr("sys.stdin", io.StringIO("not json"))
+    assert main(args) == 2 and not journal.exists()
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(["a", "list"])))
+    assert main(args) == 2 and not journal.exists()
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(dumps)))
+    assert main(["--resume", str(tmp_path / "gone.json"), *args[2:]]) == 2 and not journal.exists()
+    assert main(args) == 0
+    assert (journal / "node1" / "pdfleet-prefill0.log").read_text().endswith("decode-side abort notification.\n")
+    assert (journal / "node1" / "pdfleet-prefill0.before.log").read_text() == "boot ok\n"
+    assert json.loads(report.read_text())["verdict"] == "pass"
+    assert main(["--router", "http://127.0.0.1:1", "--prefill", "http://p", "--decode", "http://d",
+                 "--journals-from-stdin"]) == 2
+
+
+def test_the_plan_document_can_come_on_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--plan -`: the verification play hands over the preflight's plan without a file."""
+    import io
+
+    from pdfleet.cluster import plan_inventory
+    from pdfleet.paths import DEFAULT_INVENTORY
+    from pdfleet.plandoc import PlanDocumentError, plan_document, read_plan_document
+
+    doc = plan_document(plan_inventory(DEFAULT_INVENTORY))
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(doc)))
+    assert read_plan_document(Path("-"))["router_url"] == doc["router_url"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("{}"))
+    with pytest.raises(PlanDocumentError, match="plan schema"):
+        read_plan_document(Path("-"))

@@ -41,9 +41,10 @@ def fake_host(tmp_path: Path) -> dict[str, str]:
 
 
 def run_read(env: dict[str, str], units: list[str], since: int, cwd: Path) -> subprocess.CompletedProcess:
-    """As the play runs it on a host: `python3 -I -c SOURCE read JSON`, isolated from pdfleet's import path."""
-    return subprocess.run([sys.executable, "-I", "-c", SOURCE, "read", json.dumps({"units": units, "since": since})],
-                          env=env, cwd=cwd, capture_output=True, text=True, check=False)
+    """As the play runs it on a host (pdfleet_probe): `python3 -I -c SOURCE`, the settings as one JSON line on
+    stdin, isolated from pdfleet's import path."""
+    return subprocess.run([sys.executable, "-I", "-c", SOURCE], input=json.dumps({"units": units, "since": since})
+                          + "\n", env=env, cwd=cwd, capture_output=True, text=True, check=False)
 
 
 def test_read_on_a_host_without_pdfleet_then_write_gives_the_resume_layout(fake_host: dict[str, str],

@@ -23,7 +23,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -34,6 +34,20 @@ from pdfleet.verify.settings import KILL_MODES, Settings
 FILLER_TEXT = ("the prefill server computes the key value cache of this long agent context and hands it to the "
                "decode server over NIXL before the first token streams back through the router")
 FILLER = FILLER_TEXT.split()
+
+
+# Waits at most the given seconds for every worker's queues to empty (the kills' aborts have landed); returns
+# the seconds it waited. The protocol passes one built on the workers' PD queue gauges.
+Quiet = Callable[[float], Awaitable[float]]
+
+
+async def _quiet_or_sleep(limit_s: float, quiet: Quiet | None) -> float:
+    if limit_s <= 0:
+        return 0.0
+    if quiet is None:
+        await asyncio.sleep(limit_s)
+        return limit_s
+    return await quiet(limit_s)
 
 
 def long_prompt(words: int, tag: str) -> str:
@@ -149,14 +163,20 @@ async def _time_open(sessions: list[StreamSession], stats: CycleStats, t0: float
 
 
 async def abort_cascades(url: str, model: str, s: Settings, out: TextIO = sys.stderr,
-                         on_cycle: Callable[[CycleStats], None] | None = None) -> CheckResult:
-    """Check 3: ``cycles`` cycles; fails when no session could be opened or none was killed."""
+                         on_cycle: Callable[[CycleStats], None] | None = None,
+                         quiet: Quiet | None = None) -> CheckResult:
+    """Check 3: ``cycles`` cycles; fails when no session could be opened or none was killed.
+
+    Between cycles and after the last one the cluster gets up to ``pause_s`` / ``settle_s`` to absorb the
+    aborts: with ``quiet`` the wait ends as soon as every worker's queues are empty (a wedged worker whose
+    queues never drain gets the whole time), without it the whole time is slept."""
     t0 = time.monotonic()
     rng = random.Random(s.seed)
     cycles: list[CycleStats] = []
+    paused: list[float] = []
     for c in range(1, s.cycles + 1):
-        if c > 1 and s.pause_s > 0:
-            await asyncio.sleep(s.pause_s)
+        if c > 1:
+            paused.append(await _quiet_or_sleep(s.pause_s, quiet))
         stats = await run_cycle(url, model, s, c, rng, out, f"cascade {c}/{s.cycles}")
         cycles.append(stats)
         print(f"[verify] cascade {c}/{s.cycles} done: opened {stats.opened}, first token {stats.first_token}, "
@@ -164,8 +184,7 @@ async def abort_cascades(url: str, model: str, s: Settings, out: TextIO = sys.st
               file=out, flush=True)
         if on_cycle:
             on_cycle(stats)
-    if s.settle_s > 0:
-        await asyncio.sleep(s.settle_s)
+    settled = await _quiet_or_sleep(s.settle_s, quiet)
     total = s.concurrency * s.cycles
     opened = sum(c.opened for c in cycles)
     killed = sum(c.killed for c in cycles)
@@ -182,7 +201,8 @@ async def abort_cascades(url: str, model: str, s: Settings, out: TextIO = sys.st
     measured = {"sessions": total, "opened": opened, "answered": sum(c.answered for c in cycles),
                 "first_token": sum(c.first_token for c in cycles), "killed": killed,
                 "killed_phases": dict(phases), "completed": sum(c.completed for c in cycles),
-                "failed": sum(c.failed for c in cycles), "kill_windows_s": s.window_s * s.cycles}
+                "failed": sum(c.failed for c in cycles), "kill_windows_s": s.window_s * s.cycles,
+                "pauses_s": [round(x, 2) for x in paused], "settle_s": round(settled, 2)}
     thresholds = {"cycles": s.cycles, "concurrency": s.concurrency, "window_s": s.window_s,
                   "kill_mode": s.kill_mode, "killed_min": 1}
     summary = f"{s.cycles} x {s.concurrency} sessions ({s.kill_mode}, {s.window_s:g} s): {killed} killed"

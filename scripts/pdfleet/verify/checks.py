@@ -239,8 +239,11 @@ async def fetch_metrics(url: str, timeout_s: float) -> dict[str, float] | None:
     return parse_prometheus(resp.text) if resp.status == 200 else None
 
 
-async def wait_idle(target: Target, s: Settings) -> dict[str, Any]:
-    """Poll every worker's PD queue gauges until all are zero or the deadline passes."""
+async def wait_idle(target: Target, s: Settings, deadline_s: float | None = None,
+                    interval_s: float = 0.5) -> dict[str, Any]:
+    """Poll every worker's PD queue gauges until all are zero or the deadline (default idle_deadline_s)
+    passes."""
+    deadline = s.idle_deadline_s if deadline_s is None else deadline_s
     t0 = time.monotonic()
     depths: dict[str, dict[str, float]] = {}
     missing: dict[str, list[str]] = {}
@@ -256,10 +259,25 @@ async def wait_idle(target: Target, s: Settings) -> dict[str, Any]:
         busy = {n: {k: v for k, v in d.items() if v} for n, d in depths.items()}
         busy = {n: d for n, d in busy.items() if d}
         elapsed = time.monotonic() - t0
-        if not busy or elapsed >= s.idle_deadline_s:
+        if not busy or elapsed >= deadline:
             return {"idle": not busy, "seconds": round(elapsed, 2), "busy": busy, "depths": depths,
                     "missing": missing}
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(min(interval_s, max(0.0, deadline - elapsed)))
+
+
+async def wait_quiet(target: Target, s: Settings, limit_s: float, interval_s: float = 0.25) -> float:
+    """The cascade's pause and settle: up to ``limit_s`` until every worker's queues read empty twice in a row
+    (the kills' aborts have landed; one read can fall between two requests). A worker that does not export its
+    queue gauges (idle unprovable) or is unreachable gets the whole time. Returns the seconds waited."""
+    t0 = time.monotonic()
+    streak = 0
+    while time.monotonic() - t0 < limit_s:
+        idle = await wait_idle(target, s, deadline_s=0)  # one read of every worker
+        streak = streak + 1 if idle["idle"] and not idle["missing"] else 0
+        if streak >= 2:
+            break
+        await asyncio.sleep(min(interval_s, max(0.0, limit_s - (time.monotonic() - t0))))
+    return time.monotonic() - t0
 
 
 async def sustained_probe(target: Target, model: str, s: Settings) -> dict[str, Any]:

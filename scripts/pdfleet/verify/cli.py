@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from pdfleet.errors import PdfleetError
 from pdfleet.inventory import add_inventory_arguments, source_from_args
 from pdfleet.paths import DEFAULT_INVENTORY
 from pdfleet.plandoc import read_plan_document
-from pdfleet.verify import targets
+from pdfleet.verify import journaldump, targets
 from pdfleet.verify.logs import FileLogs, JournalDirLogs, LogSource, SSHJournalLogs
 from pdfleet.verify.protocol import resume_with_journals, run_protocol
 from pdfleet.verify.report import Report, writable_problem
@@ -57,8 +58,8 @@ def _add_target_args(p: argparse.ArgumentParser) -> None:
     add_inventory_arguments(p, f"inventory to plan the target from, repeatable (default: {DEFAULT_INVENTORY.name} "
                                "when neither --plan nor --router is given)")
     g = p.add_argument_group("target (an inventory, a plan document, or explicit URLs)")
-    g.add_argument("--plan", type=Path, help="a plan document (pdfleet plan --json; the verification play writes the "
-                   "preflight's) instead of planning the inventory again")
+    g.add_argument("--plan", type=Path, help="a plan document (pdfleet plan --json; - reads it from standard input, "
+                   "as the verification play hands over the preflight's) instead of planning the inventory again")
     g.add_argument("--router", help="router URL (explicit mode, e.g. a LocalPD on 127.0.0.1)")
     g.add_argument("--prefill", action="append", default=[], help="prefill worker URL (repeatable)")
     g.add_argument("--decode", action="append", default=[], help="decode worker URL (repeatable)")
@@ -83,9 +84,11 @@ def _add_check_args(p: argparse.ArgumentParser, d: Settings) -> None:
     g.add_argument("--kill-mode", choices=KILL_MODES, default=d.kill_mode)
     g.add_argument("--cascade-prompt-words", type=_non_negative(int), default=d.cascade_prompt_words)
     g.add_argument("--cascade-max-tokens", type=pos_i, default=d.cascade_max_tokens)
-    g.add_argument("--pause", dest="pause_s", type=nn_f, default=d.pause_s, help="seconds between cycles")
+    g.add_argument("--pause", dest="pause_s", type=nn_f, default=d.pause_s,
+                   help="at most this many seconds between cycles (ends once every worker's queues are empty)")
     g.add_argument("--settle", dest="settle_s", type=nn_f, default=d.settle_s,
-                   help="seconds after the last kill before recovery")
+                   help="at most this many seconds after the last kill before recovery (ends once every worker's "
+                        "queues are empty)")
     g.add_argument("--kill-fin", dest="kill_rst", action="store_false",
                    help="close killed sessions with FIN instead of RST")
     g.add_argument("--seed", type=int, default=d.seed)
@@ -102,6 +105,9 @@ def _add_check_args(p: argparse.ArgumentParser, d: Settings) -> None:
     g.add_argument("--journal-dir", type=Path, help="journal dumps collected by Ansible (<dir>/<host>/<unit>.log)")
     g.add_argument("--defer-logs", action="store_true", help="leave the logs check for a --resume run")
     g.add_argument("--resume", type=Path, help="a --defer-logs report to finish with --journal-dir")
+    g.add_argument("--journals-from-stdin", action="store_true",
+                   help="with --resume: first write the journal dumps on standard input (the verification play's "
+                        "collection, {HOST: {UNIT: ...}}) into --journal-dir, then scan them")
     g.add_argument("--min-abort-events", type=_non_negative(int), default=d.min_abort_events,
                    help="ABORT messages the prefill must have handled (0: INCOMPLETE unless --allow-incomplete)")
     g.add_argument("--allow-dropped-frames", action="store_true",
@@ -228,6 +234,17 @@ def _load_resume(path: Path) -> Report:
                                f"{e})") from e
 
 
+def _write_journals(directory: Path) -> None:
+    try:
+        dumps = json.load(sys.stdin)
+    except ValueError as e:
+        raise VerifyUsageError(f"--journals-from-stdin: standard input is not the JSON of the journal read "
+                               f"({e})") from e
+    if not isinstance(dumps, dict) or not all(isinstance(u, dict) for u in dumps.values()):
+        raise VerifyUsageError("--journals-from-stdin: expected {HOST: {UNIT: {since, before, error}}}")
+    journaldump.write(str(directory), dumps)
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     if args.report is not None:
         problem = writable_problem(args.report)
@@ -236,9 +253,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.resume:
         if not args.journal_dir:
             raise VerifyUsageError("--resume needs --journal-dir (the journal dumps to scan)")
-        if not args.journal_dir.is_dir():
+        if not args.journals_from_stdin and not args.journal_dir.is_dir():
             raise VerifyUsageError(f"--journal-dir {args.journal_dir}: no such directory")
         report = _load_resume(args.resume)
+        if args.journals_from_stdin:  # only once the report to finish is known good: nothing written in vain
+            _write_journals(args.journal_dir)
         s = settings_from_dict(report.settings)
         if args.allow_dropped_frames:
             s.allow_dropped_frames = True
@@ -246,6 +265,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             s.allow_incomplete = True
             report.settings["allow_incomplete"] = True
         return _finish(resume_with_journals(report, args.journal_dir, s), args)
+    if args.journals_from_stdin:
+        raise VerifyUsageError("--journals-from-stdin goes with --resume REPORT --journal-dir DIR")
     if args.defer_logs and (args.log_file or args.journal_dir):
         raise VerifyUsageError("--defer-logs reads no logs now; drop --log-file/--journal-dir")
     target = build_target(args)

@@ -2,7 +2,8 @@
 
 Two halves, one format:
 
-``read`` (on a worker host, run as ``python3 -c <this file's source> read SETTINGS_JSON``; standard library only,
+``read`` (on a worker host, run by the pdfleet_probe action: ``python3 -c <this file's source>`` with the settings
+``{"units": [...], "since": EPOCH}`` on standard input, or ``... read SETTINGS_JSON``; standard library only,
 so nothing of pdfleet needs to be installed there): for each unit, its journal since the protocol start
 (``journalctl -u UNIT --since @EPOCH -o cat``) and, when the unit has an invocation id, its journal from that
 last start up to the protocol start (a thread that died before the protocol fails the logs check too). Prints
@@ -64,8 +65,8 @@ def write(directory: str, dumps: dict[str, dict[str, dict[str, str | None]]]) ->
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) == 2 and argv[0] == "read":
-        settings = json.loads(argv[1])
+    if not argv or (len(argv) == 2 and argv[0] == "read"):
+        settings = json.loads(argv[1] if argv else sys.stdin.readline())
         print(json.dumps(read(list(settings["units"]), int(settings["since"]))))
         return 0
     if len(argv) == 2 and argv[0] == "write":
@@ -77,7 +78,8 @@ def main(argv: list[str]) -> int:
         written = write(argv[1], dumps)
         print(json.dumps({"written": len(written), "directory": argv[1]}))
         return 0
-    print("usage: journaldump read SETTINGS_JSON | journaldump write DIR < DUMPS_JSON", file=sys.stderr)
+    print("usage: journaldump [read SETTINGS_JSON] (no arguments: the settings on stdin) | "
+          "journaldump write DIR < DUMPS_JSON", file=sys.stderr)
     return 2
 
 

@@ -104,7 +104,8 @@ async def run_protocol(target: Target, s: Settings, logs: LogSource | None, defe
             cs = cascade_settings(s, target)
             _say(out, f"abort cascades: {cs.cycles} x {cs.concurrency} sessions, kill mode {cs.kill_mode}, "
                       f"window {cs.window_s:g} s")
-            record(await abort_cascades(target.router_url + "/v1/chat/completions", model, cs, out))
+            record(await abort_cascades(target.router_url + "/v1/chat/completions", model, cs, out,
+                                        quiet=lambda limit: checks.wait_quiet(target, s, limit)))
     if wanted("recovery"):
         if stop_traffic:
             record(skipped("recovery", f"skipped: {stop_traffic}"))

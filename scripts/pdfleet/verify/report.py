@@ -139,7 +139,7 @@ class Report:
                    metric_deltas=d.get("metric_deltas", {}), error=d.get("error"))
 
     def write(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n")
         tmp.replace(path)
@@ -176,7 +176,7 @@ def writable_problem(path: Path) -> str | None:
     if path.is_dir():
         return f"{path} is a directory; give a file name (e.g. {path / 'verify.json'})"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
         probe = path.with_name(f".{path.name}.{os.getpid()}.probe")
         probe.write_text("")
         probe.unlink()

@@ -30,8 +30,10 @@ class Settings:
     # reaches the prefill, and the logs check says inconclusive.
     cascade_prompt_words: int = 12000
     cascade_max_tokens: int = 2048  # long enough that sessions are still streaming at the window
-    pause_s: float = 5.0  # between cycles
-    settle_s: float = 3.0  # after the last kill, before recovery (SGLang aborts ~2 s after a disconnect)
+    # At most, between cycles and after the last kill before recovery (SGLang aborts ~2 s after a disconnect):
+    # each wait ends once every worker's PD queues are empty (pdfleet.verify.checks.wait_quiet).
+    pause_s: float = 5.0
+    settle_s: float = 3.0
     kill_rst: bool = True
     seed: int = 1
     progress_interval_s: float = 1.0
@@ -47,7 +49,7 @@ class Settings:
     allow_dropped_frames: bool = False
     # 6. benchmark
     bench_requests: int = 64
-    bench_concurrency: int = 16
+    bench_concurrency: int = 32  # two waves of 64: the same samples as 4 x 16 in half the time
     bench_prompt_words: int = 512
     bench_max_tokens: int = 128
     bench_deadline_s: float = 300.0
