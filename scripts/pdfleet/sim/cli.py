@@ -7,6 +7,7 @@ state_dir, with_runtime) come from the inventory; without it, from the flags.
 from __future__ import annotations
 
 import argparse
+import functools
 import ipaddress
 import json
 import sys
@@ -31,8 +32,9 @@ def _parse_host(text: str) -> SimHost:
     return SimHost(name, address)
 
 
+@functools.lru_cache(maxsize=4)
 def _inventory_sim(path: Path) -> tuple[list[SimHost], dict[str, object]]:
-    """The inventory's hosts and its `pdfleet_sim` settings."""
+    """The inventory's hosts and its `pdfleet_sim` settings (read once per command)."""
     from pdfleet.inventory import load_inventory
 
     inv = load_inventory(path)
@@ -48,6 +50,16 @@ def _state_dir(args: argparse.Namespace) -> Path:
     if args.inventory is not None:
         return Path(str(_inventory_sim(args.inventory)[1].get("state_dir", DEFAULT_STATE_DIR)))
     return DEFAULT_STATE_DIR
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a TCP port number, got {text!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is outside 1-65535")
+    return port
 
 
 def _cidr(text: str) -> str:
@@ -114,6 +126,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=DEFAULT_CACHE_DIR,
         help=f"golden image and runtime cache (default {DEFAULT_CACHE_DIR})",
     )
+    p_up.add_argument("--serve-repo", type=_port, metavar="PORT",
+                      help="also build and serve the stand-in CUDA/pip repository on the bridge's gateway at PORT "
+                           "(idempotent; the server ends with the sim cluster)")
     p_up.add_argument("--json", action="store_true", help="print the cluster as JSON on stdout")
     p_up.set_defaults(func=_cmd_up)
 
@@ -151,13 +166,22 @@ def _cmd_up(args: argparse.Namespace) -> int:
         with_runtime=with_runtime,
         cache_dir=args.cache_dir,
     )
+    repo = None
+    if args.serve_repo is not None:
+        from . import aptrepo
+
+        repo = aptrepo.ensure(cluster.state_dir, network.bridge, network.gateway, args.serve_repo,
+                              cache_dir=args.cache_dir)
     if args.json:
         data = asdict(cluster)
         data["ansible_host_vars"] = {h.name: cluster.ansible_host_vars(h) for h in cluster.hosts}
+        data["repo"] = asdict(repo) if repo is not None else None
         print(json.dumps(data, indent=2, default=str))
     else:
         for h in cluster.hosts:
             print(f"{h.name}\t{h.address}")
+        if repo is not None:
+            print(f"stand-in repository: {repo.url}")
         print(f"ssh -F {cluster.ssh_config} {cluster.hosts[0].name}")
     return 0
 
