@@ -1,0 +1,78 @@
+"""The include gates of a no-op converge: a role includes its put-back tasks only when its look found something
+different. A gate that missed one of its tasks' conditions would leave that drift in place, so each gated file's
+tasks must each run on one entry of the role's "differs" dict, and the gate must cover exactly those entries."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from pdfleet.paths import REPO_ROOT
+
+ROLES = REPO_ROOT / "ansible" / "roles"
+
+# role, gated task file, the differs variable, the include's gate in tasks/main.yml (None: every entry)
+GATES = [
+    ("pdfleet_watchdog", "apply.yml", "__pdfleet_watchdog_differs", None),
+    ("pdfleet_monitoring", "apply.yml", "__pdfleet_monitoring_differs", None),
+    ("nvidia_driver", "repository.yml", "__nvidia_driver_differs",
+     ["prerequisites", "keyring_dir", "key", "source", "pin"]),
+    ("nvidia_driver", "install.yml", "__nvidia_driver_differs",
+     ["blacklist_dir", "blacklist", "headers", "driver", "hold"]),
+]
+# Tasks of a gated file that may run without an entry of their own: checks, and steps that follow a change made
+# by an earlier task of the same file (they run only when that task ran).
+FOLLOW_UPS = {
+    "Check that the CUDA repository's signing key could be downloaded",  # runs when "key" differs (error set)
+    "Refresh the package lists when the repository changed",  # flush_handlers
+    "Look at the host again after the install",  # after an install task changed something
+}
+
+
+def _differs_keys(role: str, var: str) -> set[str]:
+    data = yaml.safe_load((ROLES / role / "vars" / "main.yml").read_text())
+    assert isinstance(data.get(var), dict), f"{role}/vars/main.yml: {var} is not a dict"
+    return set(data[var])
+
+
+def _main_gate(role: str, file: str) -> str:
+    for task in yaml.safe_load((ROLES / role / "tasks" / "main.yml").read_text()):
+        if task.get("ansible.builtin.include_tasks") == file:
+            when = task.get("when")
+            return " ".join(when) if isinstance(when, list) else str(when)
+    raise AssertionError(f"{role}/tasks/main.yml does not include {file}")
+
+
+@pytest.mark.parametrize(("role", "file", "var", "gate"), GATES, ids=[f"{g[0]}/{g[1]}" for g in GATES])
+def test_each_gated_task_runs_on_an_entry_the_gate_covers(role: str, file: str, var: str,
+                                                            gate: list[str] | None) -> None:
+    keys = _differs_keys(role, var)
+    used: set[str] = set()
+    for task in yaml.safe_load((ROLES / role / "tasks" / file).read_text()):
+        name = task["name"]
+        when = task.get("when")
+        text = " ".join(map(str, when)) if isinstance(when, list) else str(when or "")
+        found = set(re.findall(re.escape(var) + r"\['([a-z_]+)'\]", text))
+        if name in FOLLOW_UPS:
+            continue
+        assert len(found) == 1, f"{role}/tasks/{file}: task {name!r} must run on one entry of {var} (when: {text!r})"
+        assert found <= keys, f"{role}/tasks/{file}: {name!r} uses {found - keys}, not in vars/main.yml's {var}"
+        used |= found
+    main_gate = _main_gate(role, file)
+    if gate is None:
+        assert main_gate.startswith(f"{var}.values() | select"), main_gate
+        assert used == keys, f"{role}: entries no task of {file} uses: {sorted(keys - used)}"
+    else:
+        named = re.findall(r"'([a-z_]+)'", main_gate.split("|")[0])
+        assert sorted(named) == sorted(gate) and f"map('extract', {var})" in main_gate, main_gate
+        assert used == set(gate), f"{role}/tasks/{file}: the gate lists {sorted(gate)}, the tasks use {sorted(used)}"
+
+
+def test_the_gate_table_names_every_gated_file() -> None:
+    """A role that grows a new gated file (a "differs" dict in its vars) is listed above."""
+    with_differs = {r.name for r in ROLES.iterdir()
+                    if re.search(r"^__\w+_differs:\s*$", (r / "vars" / "main.yml").read_text(), re.M)}
+    assert with_differs - {"pdfleet_units"} == {g[0] for g in GATES}
+    assert Path(ROLES / "pdfleet_units" / "tasks" / "install.yml").is_file()
