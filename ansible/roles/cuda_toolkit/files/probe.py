@@ -1,4 +1,4 @@
-"""The cuda_toolkit role's one look at a host (host python3; argv[1] = JSON settings; prints JSON): the
+"""The cuda_toolkit role's one look at a host (pdfleet_probe: settings on stdin; prints JSON): the
 installed packages (one dpkg-query), whether the CUDA repository is configured, the profile script's state
 and `nvcc --version`. The role's tasks run only for what differs. Changes nothing."""
 
@@ -11,6 +11,19 @@ import os
 import pwd
 import subprocess
 import sys
+
+
+def _names(uid: int, gid: int) -> tuple[str, str]:
+    """Owner and group names; the number itself for an id with no name (a deleted user), never a crash."""
+    try:
+        owner = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        owner = str(uid)
+    try:
+        group = grp.getgrgid(gid).gr_name
+    except KeyError:
+        group = str(gid)
+    return owner, group
 
 
 def _run(argv: list[str]) -> dict:
@@ -28,8 +41,8 @@ def _file(path: str) -> dict | None:
             digest = hashlib.sha256(f.read()).hexdigest()
     except OSError:
         return None
-    return {"sha256": digest, "mode": "%04o" % (st.st_mode & 0o7777), "owner": pwd.getpwuid(st.st_uid).pw_name,
-            "group": grp.getgrgid(st.st_gid).gr_name}
+    owner, group = _names(st.st_uid, st.st_gid)
+    return {"sha256": digest, "mode": "%04o" % (st.st_mode & 0o7777), "owner": owner, "group": group}
 
 
 def main() -> None:

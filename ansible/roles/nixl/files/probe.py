@@ -1,4 +1,4 @@
-"""The nixl role's one look at a host (host python3; argv[1] = JSON settings; prints JSON): the installed
+"""The nixl role's one look at a host (pdfleet_probe: settings on stdin; prints JSON): the installed
 packages (one dpkg-query), the service venv and its distributions, what `import nixl` reports in it and
 `ucx_info -d`. The role's tasks run only for what differs; its checks read this. Changes nothing."""
 

@@ -1,4 +1,4 @@
-"""The nvidia_driver role's one look at a host (host python3; argv[1] = JSON settings; prints JSON).
+"""The nvidia_driver role's one look at a host (pdfleet_probe: settings on stdin; prints JSON).
 
 In one round trip: the Secure Boot state, the machine id, every installed package with its selection (one
 dpkg-query), the state of the files the role writes (sha256, mode, owner), the repository's signing key as
@@ -19,6 +19,19 @@ import sys
 import urllib.request
 
 
+def _names(uid: int, gid: int) -> tuple[str, str]:
+    """Owner and group names; the number itself for an id with no name (a deleted user), never a crash."""
+    try:
+        owner = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        owner = str(uid)
+    try:
+        group = grp.getgrgid(gid).gr_name
+    except KeyError:
+        group = str(gid)
+    return owner, group
+
+
 def _run(argv: list[str]) -> dict:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
@@ -32,8 +45,8 @@ def _stat(path: str, digest: bool) -> dict | None:
         st = os.stat(path)
     except OSError:
         return None
-    out = {"mode": "%04o" % (st.st_mode & 0o7777), "owner": pwd.getpwuid(st.st_uid).pw_name,
-           "group": grp.getgrgid(st.st_gid).gr_name}
+    owner, group = _names(st.st_uid, st.st_gid)
+    out = {"mode": "%04o" % (st.st_mode & 0o7777), "owner": owner, "group": group}
     if digest:
         with open(path, "rb") as f:
             out["sha256"] = hashlib.sha256(f.read()).hexdigest()

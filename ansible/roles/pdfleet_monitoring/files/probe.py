@@ -1,4 +1,4 @@
-"""The pdfleet_monitoring role's one look at the host (run with the host's python3, argv[1] = JSON settings).
+"""The pdfleet_monitoring role's one look at the host (pdfleet_probe: settings on stdin).
 
 Prints JSON: whether the prometheus package is installed (one dpkg-query), each file the role writes as
 {sha256, mode, owner, group} or null, and prometheus.service's enabled/active state, so a converged host costs
@@ -16,6 +16,19 @@ import subprocess
 import sys
 
 
+def _names(uid: int, gid: int) -> tuple[str, str]:
+    """Owner and group names; the number itself for an id with no name (a deleted user), never a crash."""
+    try:
+        owner = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        owner = str(uid)
+    try:
+        group = grp.getgrgid(gid).gr_name
+    except KeyError:
+        group = str(gid)
+    return owner, group
+
+
 def _file(path: str) -> dict | None:
     try:
         st = os.stat(path)
@@ -23,8 +36,8 @@ def _file(path: str) -> dict | None:
             digest = hashlib.sha256(f.read()).hexdigest()
     except OSError:
         return None
-    return {"sha256": digest, "mode": "%04o" % (st.st_mode & 0o7777), "owner": pwd.getpwuid(st.st_uid).pw_name,
-            "group": grp.getgrgid(st.st_gid).gr_name}
+    owner, group = _names(st.st_uid, st.st_gid)
+    return {"sha256": digest, "mode": "%04o" % (st.st_mode & 0o7777), "owner": owner, "group": group}
 
 
 def _run(*argv: str) -> str:

@@ -1,4 +1,4 @@
-"""The pdfleet_units role's one look at a host (run with the host's python3, argv[1] = JSON settings).
+"""The pdfleet_units role's one look at a host (pdfleet_probe: settings on stdin).
 
 Prints JSON: the service user and group, each managed directory's and file's mode/owner/group (files also
 their sha256, never their content: secrets.env is one of them), each unit's enabled/active state, and for the

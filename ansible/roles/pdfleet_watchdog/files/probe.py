@@ -1,4 +1,4 @@
-"""The pdfleet_watchdog role's one look at the router host (run with the host's python3, argv[1] = JSON settings).
+"""The pdfleet_watchdog role's one look at the router host (pdfleet_probe: settings on stdin).
 
 Prints JSON with everything the role's no-op path needs, in one round trip instead of a module call per item:
   debs_missing  the .deb packages not installed (one dpkg-query)

@@ -1,4 +1,4 @@
-"""The sglang role's one look at a host (run with the host's python3, argv[1] = JSON settings; prints JSON).
+"""The sglang role's one look at a host (pdfleet_probe: settings on stdin; prints JSON).
 
 Everything the role's no-op path needs in one round trip, instead of a module call per item:
   debs_missing   the prerequisite .deb packages not installed (one dpkg-query)
@@ -24,6 +24,19 @@ import pwd
 import re
 import subprocess
 import sys
+
+
+def _names(uid: int, gid: int) -> tuple[str, str]:
+    """Owner and group names; the number itself for an id with no name (a deleted user), never a crash."""
+    try:
+        owner = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        owner = str(uid)
+    try:
+        group = grp.getgrgid(gid).gr_name
+    except KeyError:
+        group = str(gid)
+    return owner, group
 
 
 def _norm(name: str, version: str) -> str:
@@ -53,7 +66,7 @@ def _file(path: str) -> dict | None:
     except OSError:
         return None
     return {"content": _read(path), "mode": "%04o" % (st.st_mode & 0o7777),
-            "owner": pwd.getpwuid(st.st_uid).pw_name, "group": grp.getgrgid(st.st_gid).gr_name}
+            "owner": _names(st.st_uid, st.st_gid)[0], "group": _names(st.st_uid, st.st_gid)[1]}
 
 
 def _record_bad(purelib: str, dist_info: str) -> str:
