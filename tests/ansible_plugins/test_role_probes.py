@@ -3,22 +3,37 @@ that no longer exists is reported with the number, not a crash of the role's loo
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from pdfleet.paths import REPO_ROOT
 
 ROLES = REPO_ROOT / "ansible" / "roles"
+PLUGIN = REPO_ROOT / "ansible" / "plugins" / "action" / "pdfleet_probe.py"
 NOBODY_ID = 54321  # no user or group on a test machine has it
+
+
+def _action() -> ModuleType:
+    """The pdfleet_probe action plugin's module: the probe runs as the action sends it."""
+    spec = importlib.util.spec_from_file_location("pdfleet_probe_action", PLUGIN)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _probe(role: str, settings: dict) -> dict:
     source = (ROLES / role / "files" / "probe.py").read_text()
-    proc = subprocess.run([sys.executable, "-I", "-c", source], input=json.dumps(settings) + "\n",
+    program = _action().remote_program(source, "probe.py")
+    proc = subprocess.run([sys.executable, "-I", "-c", program], input=json.dumps(settings) + "\n",
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
@@ -47,3 +62,55 @@ def test_cuda_toolkit_probe_names_an_unknown_owner_by_number(orphan: Path, tmp_p
                                   "nvcc": str(tmp_path / "no-nvcc")})
     assert (out["profile"]["owner"], out["profile"]["group"]) == (str(NOBODY_ID), str(NOBODY_ID))
     assert out["source_exists"] is False
+
+
+def _settings(tmp_path: Path) -> dict[str, dict]:
+    """Settings for each role's look, every path under tmp_path: nothing the role manages exists."""
+    none = str(tmp_path / "none")
+    return {
+        "cuda_toolkit": {"source": none, "profile": none, "nvcc": none},
+        "model": {"path": none, "files": True},
+        "nixl": {"venv": none, "ucx_info": none},
+        "nvidia_driver": {"files": [none], "dirs": [none], "exists": [none], "modinfo": none,
+                          "loaded_version_path": none, "unit": "pdfleet-no-such.service"},
+        "pdfleet_monitoring": {"package": "pdfleet-no-such-package", "files": [none],
+                               "unit": "pdfleet-no-such.service"},
+        "pdfleet_units": {"user": "pdfleet-no-such-user", "group": "pdfleet-no-such-group", "dirs": [none],
+                          "files": [none], "units": ["pdfleet-no-such.service"], "unit_dir": none,
+                          "unit_glob": "pdfleet-*.service", "planned": []},
+        "pdfleet_watchdog": {"debs": ["pdfleet-no-such-package"], "user": "pdfleet-no-such-user",
+                             "group": "pdfleet-no-such-group", "dirs": [none], "files": [none], "exists": [none],
+                             "venv": none, "unit": "pdfleet-no-such.service"},
+        "sglang": {"debs": ["pdfleet-no-such-package"], "venv": none, "conn_file": "conn.py", "files": [none]},
+    }
+
+
+def test_every_role_probe_runs_with_the_shared_helpers_and_finds_nothing(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    assert set(settings) == {p.parent.parent.name for p in ROLES.glob("*/files/probe.py")}
+    none = str(tmp_path / "none")
+    for role, cfg in settings.items():
+        out = _probe(role, cfg)
+        states = [v for key in ("files", "dirs") for v in (out.get(key) or {}).values()]
+        assert states == [None] * len(states), (role, out)
+        if "debs_missing" in out:
+            assert out["debs_missing"] == ["pdfleet-no-such-package"], role
+    assert _probe("pdfleet_units", settings["pdfleet_units"])["user"] is None
+    assert _probe("model", settings["model"]) == {"dir": None, "files": []}
+    assert none not in str(_probe("nixl", settings["nixl"])["dists"])
+
+
+def test_watchdog_probe_names_a_changed_wheel_file(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    lib = venv / "lib" / "python3.11" / "site-packages"
+    (lib / "pdfleet-1.0.dist-info").mkdir(parents=True)
+    (lib / "pdfleet").mkdir()
+    (lib / "pdfleet" / "a.py").write_text("x = 1\n")
+    h = base64.urlsafe_b64encode(hashlib.sha256(b"x = 1\n").digest()).rstrip(b"=").decode()
+    (lib / "pdfleet-1.0.dist-info" / "RECORD").write_text(f"pdfleet/a.py,sha256={h},6\n")
+    cfg = _settings(tmp_path)["pdfleet_watchdog"] | {"venv": str(venv)}
+    out = _probe("pdfleet_watchdog", cfg)
+    assert (out["dists"], out["wheel_bad"]) == (["pdfleet==1.0"], "")
+    (lib / "pdfleet" / "a.py").write_text("x = 2\n")
+    changed = _probe("pdfleet_watchdog", cfg)["wheel_bad"]
+    assert changed == f"{lib / 'pdfleet' / 'a.py'} (sha256 differs from the RECORD)"

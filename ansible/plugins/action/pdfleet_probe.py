@@ -4,12 +4,17 @@ A role's ``files/probe.py`` runs with the host's Ansible Python; its settings (J
 and it prints one JSON document, returned as ``probe``. No module wrapper is built or copied: a converged host
 costs one remote command per look (a ``command`` task costs about four times as much on a no-op run). The look
 changes nothing, so it runs in check mode too.
+
+What every look needs (file state, installed packages, a wheel's RECORD) is written once, in
+``ansible/plugins/probe_common.py``; the remote program registers it as the module ``pdfleet_probe_common``
+and then runs the role's script as ``__main__``.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
@@ -18,6 +23,19 @@ from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.plugins.action import ActionBase
 
 ARGS = frozenset(("src", "settings", "python"))
+COMMON = Path(__file__).resolve().parents[1] / "probe_common.py"
+COMMON_MODULE = "pdfleet_probe_common"
+
+
+def remote_program(source: str, name: str, common: str | None = None) -> str:
+    """The Python program sent to the host: the shared helpers as a module, then the probe as __main__."""
+    if common is None:
+        common = COMMON.read_text(encoding="utf-8")
+    return ("import sys, types\n"
+            f"m = types.ModuleType({COMMON_MODULE!r})\n"
+            "sys.modules[m.__name__] = m\n"
+            f"exec(compile({common!r}, {COMMON.name!r}, 'exec'), m.__dict__)\n"
+            f"exec(compile({source!r}, {name!r}, 'exec'), {{'__name__': '__main__'}})\n")
 
 
 class ActionModule(ActionBase):
@@ -41,7 +59,7 @@ class ActionModule(ActionBase):
         python = self._python(args.get("python"), task_vars or {})
         settings = json.dumps(args.get("settings") or {}, sort_keys=True)
         host = (task_vars or {}).get("inventory_hostname", "?")
-        cmd = f"{shlex.quote(python)} -c {shlex.quote(source)}"
+        cmd = f"{shlex.quote(python)} -c {shlex.quote(remote_program(source, src))}"
         res = self._low_level_execute_command(cmd, in_data=to_bytes(settings + "\n"))
         stdout, stderr = to_text(res.get("stdout", "")), to_text(res.get("stderr", ""))
         result["changed"] = False

@@ -6,45 +6,22 @@
 Changes nothing.
 """
 
-from __future__ import annotations
-
-import grp
-import hashlib
 import json
 import os
-import pwd
 import sys
 
-
-def _who(st: os.stat_result) -> tuple[str, str]:
-    try:
-        owner = pwd.getpwuid(st.st_uid).pw_name
-    except KeyError:
-        owner = str(st.st_uid)
-    try:
-        group = grp.getgrgid(st.st_gid).gr_name
-    except KeyError:
-        group = str(st.st_gid)
-    return owner, group
+from pdfleet_probe_common import owner_group, sha256_of, stat_of
 
 
 def main() -> None:
     cfg = json.loads(sys.stdin.readline())  # settings: one JSON line on stdin (pdfleet_probe)
-    out: dict = {"dir": None, "files": []}
-    try:
-        st = os.stat(cfg["path"])
-    except OSError:
-        print(json.dumps(out))
-        return
-    owner, group = _who(st)
-    out["dir"] = {"mode": "%04o" % (st.st_mode & 0o7777), "owner": owner, "group": group}
-    if cfg["files"] and os.path.isdir(cfg["path"]):
+    out: dict = {"dir": stat_of(cfg["path"]), "files": []}
+    if out["dir"] is not None and cfg["files"] and os.path.isdir(cfg["path"]):
         for entry in sorted(os.scandir(cfg["path"]), key=lambda e: e.name):
             if entry.is_file(follow_symlinks=False):
                 fst = entry.stat(follow_symlinks=False)
-                with open(entry.path, "rb") as f:
-                    digest = hashlib.sha256(f.read()).hexdigest()
-                out["files"].append(" ".join([entry.name, digest, "%04o" % (fst.st_mode & 0o7777), *_who(fst)]))
+                out["files"].append(" ".join([entry.name, sha256_of(entry.path).hexdigest(),
+                                              "%04o" % (fst.st_mode & 0o7777), *owner_group(fst)]))
     print(json.dumps(out))
 
 

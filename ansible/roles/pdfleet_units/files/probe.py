@@ -8,39 +8,14 @@ pdfleet.prune reads). A converged host costs one round trip and the role's tasks
 Every key of the settings is optional. Changes nothing.
 """
 
-from __future__ import annotations
-
 import base64
-import contextlib
 import glob
-import grp
-import hashlib
 import json
 import os
-import pwd
 import subprocess
 import sys
-from collections.abc import Callable
 
-
-def _stat(path: str, digest: bool) -> dict | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    out = {"mode": "%04o" % (st.st_mode & 0o7777), "owner": _name(pwd.getpwuid, st.st_uid),
-           "group": _name(grp.getgrgid, st.st_gid)}
-    if digest:
-        with open(path, "rb") as f:
-            out["sha256"] = hashlib.sha256(f.read()).hexdigest()
-    return out
-
-
-def _name(lookup: Callable[[int], tuple], ident: int) -> str:
-    try:
-        return lookup(ident)[0]
-    except KeyError:
-        return str(ident)
+from pdfleet_probe_common import group_of, stat_of, user_of
 
 
 def _states(verb: str, units: list[str]) -> list[str]:
@@ -66,19 +41,10 @@ def _unit_files(unit_dir: str, pattern: str, planned: list[str]) -> dict:
 
 def main() -> None:
     cfg = json.loads(sys.stdin.readline())  # settings: one JSON line on stdin (pdfleet_probe)
-    out: dict = {"user": None, "group": None}
-    if cfg.get("user"):
-        try:
-            u = pwd.getpwnam(cfg["user"])
-            out["user"] = {"group": _name(grp.getgrgid, u.pw_gid), "home": u.pw_dir, "shell": u.pw_shell,
-                           "groups": sorted(g.gr_name for g in grp.getgrall() if cfg["user"] in g.gr_mem)}
-        except KeyError:
-            pass
-    if cfg.get("group"):
-        with contextlib.suppress(KeyError):
-            out["group"] = grp.getgrnam(cfg["group"]).gr_name
-    out["dirs"] = {p: _stat(p, False) for p in cfg.get("dirs", [])}
-    out["files"] = {p: _stat(p, True) for p in cfg.get("files", [])}
+    out: dict = {"user": user_of(cfg["user"]) if cfg.get("user") else None,
+                 "group": group_of(cfg["group"]) if cfg.get("group") else None}
+    out["dirs"] = {p: stat_of(p) for p in cfg.get("dirs", [])}
+    out["files"] = {p: stat_of(p, digest=True) for p in cfg.get("files", [])}
     units = cfg.get("units", [])
     out["units"] = {u: {"enabled": e, "active": a}
                     for u, e, a in zip(units, _states("is-enabled", units), _states("is-active", units), strict=True)}
