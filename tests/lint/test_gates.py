@@ -17,6 +17,9 @@ ROLES = REPO_ROOT / "ansible" / "roles"
 GATES = [
     ("pdfleet_watchdog", "apply.yml", "__pdfleet_watchdog_differs", None),
     ("pdfleet_monitoring", "apply.yml", "__pdfleet_monitoring_differs", None),
+    ("nixl", "apply.yml", "__nixl_differs", None),
+    ("cuda_toolkit", "apply.yml", "__cuda_toolkit_differs", None),
+    ("sglang", "apply.yml", "__sglang_differs", None),
     ("nvidia_driver", "repository.yml", "__nvidia_driver_differs",
      ["prerequisites", "keyring_dir", "key", "source", "pin"]),
     ("nvidia_driver", "install.yml", "__nvidia_driver_differs",
@@ -28,6 +31,8 @@ FOLLOW_UPS = {
     "Check that the CUDA repository's signing key could be downloaded",  # runs when "key" differs (error set)
     "Refresh the package lists when the repository changed",  # flush_handlers
     "Look at the host again after the install",  # after an install task changed something
+    "Ask nvcc for its version after the install",  # after the toolkit's install changed something
+    "Find the new virtualenv's site-packages",  # after the venv was created (no site-packages in the look)
 }
 
 
