@@ -128,3 +128,29 @@ def test_the_watchdog_runs_from_the_wheel_and_watches_the_pair(converged: Scratc
     assert doc.get("pairs", {}).get("node1", {}).get("state") == "OK", doc
     restarts = converged.ssh("systemctl show -p NRestarts --value pdfleet-watchdog").stdout.strip()
     assert restarts == "0", f"pdfleet-watchdog restarted {restarts} times"
+
+
+def _main_pids(cluster: ScratchCluster, units: tuple[str, ...]) -> dict[str, str]:
+    out = cluster.ssh(" && ".join(f"systemctl show -p MainPID --value {u}" for u in units)).stdout.split()
+    return dict(zip(units, out, strict=True))
+
+
+def test_a_restart_owed_by_an_interrupted_run_is_made_by_the_next(converged: ScratchCluster) -> None:
+    """A run stopped after it changed what the workers run (here the patch record) but before its restart handler
+    leaves them on the old code; the next converge sees each unit that started before its files or code last
+    changed and restarts that one only (the router runs none of that code), then is a no-op again."""
+    units = ("pdfleet-prefill0", "pdfleet-decode0", "pdfleet-router")
+    before = _main_pids(converged, units)
+    # What the interrupted run left: the record rewritten after the workers started (same content, newer).
+    assert converged.ssh("sleep 3 && touch -m /opt/pdfleet/venv/pdfleet-record.json").returncode == 0
+    proc = converged.playbook(SITE, "--skip-tags", "verify")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    restarted = [t for t in _changed_tasks(proc.stdout) if "Restart the units started before" in t]
+    assert restarted, proc.stdout[-4000:]
+    wait_for("the workers active again",
+             lambda: converged.ssh(f"systemctl is-active {' '.join(units)}").stdout.split() == ["active"] * 3, 60)
+    after = _main_pids(converged, units)
+    assert after["pdfleet-prefill0"] != before["pdfleet-prefill0"]
+    assert after["pdfleet-decode0"] != before["pdfleet-decode0"]
+    assert after["pdfleet-router"] == before["pdfleet-router"]
+    assert recap(converged.playbook(SITE, "--skip-tags", "verify").stdout, "node1")["changed"] == 0

@@ -5,7 +5,9 @@ their sha256, never their content: secrets.env is one of them), each unit's enab
 prune the host's pdfleet-*.service files: the names of all of them ("present") and, for those the plan does not
 name, their path and base64 content ("unplanned", in the shape of ansible.builtin.slurp's results, which
 pdfleet.prune reads). A converged host costs one round trip and the role's tasks run only for what differs.
-Every key of the settings is optional. Changes nothing.
+"stale" names each active unit that started before one of the role's files or the paths of "restart_after"
+(globs: the code the units run) last changed: the restart of a run stopped after a change but before its
+handler ran, still owed. Every key of the settings is optional. Changes nothing.
 """
 
 import base64
@@ -17,14 +19,42 @@ import sys
 
 from pdfleet_probe_common import group_of, stat_of, user_of
 
+# A file written within this many seconds after a unit started does not make it stale (systemd's unix timestamps
+# are whole seconds; a converge writes every file before its restart handler runs).
+STALE_MARGIN_S = 2.0
 
-def _states(verb: str, units: list[str]) -> list[str]:
+
+def _show(units: list[str]) -> dict[str, dict[str, str]]:
+    """Each unit's enabled and active state and when it last became active (one `systemctl show` for all)."""
     if not units:
-        return []
-    proc = subprocess.run(["systemctl", verb, *units], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                          text=True)
-    lines = proc.stdout.split()
-    return lines if len(lines) == len(units) else ["unknown"] * len(units)
+        return {}
+    proc = subprocess.run(["systemctl", "show", "--timestamp=unix", "-p",
+                           "Id,UnitFileState,ActiveState,ActiveEnterTimestamp", *units],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    found = {}
+    for block in proc.stdout.split("\n\n"):
+        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        found[props.get("Id", "")] = props
+    return {u: found.get(u, {}) for u in units}
+
+
+def _stale(shown: dict[str, dict[str, str]], paths: list[str]) -> dict[str, str]:
+    """{unit: why} for each active unit that started before the newest of ``paths`` (globs) last changed."""
+    newest, newest_path = 0.0, ""
+    for pattern in paths:
+        for path in glob.glob(pattern):
+            try:
+                mtime = os.stat(path).st_mtime
+            except OSError:
+                continue
+            if mtime > newest:
+                newest, newest_path = mtime, path
+    out = {}
+    for unit, props in shown.items():
+        stamp = props.get("ActiveEnterTimestamp", "")
+        if props.get("ActiveState") == "active" and stamp.startswith("@") and newest > int(stamp[1:]) + STALE_MARGIN_S:
+            out[unit] = f"{newest_path} changed {newest - int(stamp[1:]):.0f} s after {unit} started"
+    return out
 
 
 def _unit_files(unit_dir: str, pattern: str, planned: list[str]) -> dict:
@@ -45,9 +75,10 @@ def main() -> None:
                  "group": group_of(cfg["group"]) if cfg.get("group") else None}
     out["dirs"] = {p: stat_of(p) for p in cfg.get("dirs", [])}
     out["files"] = {p: stat_of(p, digest=True) for p in cfg.get("files", [])}
-    units = cfg.get("units", [])
-    out["units"] = {u: {"enabled": e, "active": a}
-                    for u, e, a in zip(units, _states("is-enabled", units), _states("is-active", units), strict=True)}
+    shown = _show(cfg.get("units", []))
+    out["units"] = {u: {"enabled": p.get("UnitFileState") or "unknown", "active": p.get("ActiveState") or "unknown"}
+                    for u, p in shown.items()}
+    out["stale"] = _stale(shown, cfg.get("files", []) + cfg.get("restart_after", []))
     if "unit_dir" in cfg:
         out.update(_unit_files(cfg["unit_dir"], cfg["unit_glob"], cfg.get("planned", [])))
     print(json.dumps(out))
