@@ -20,6 +20,7 @@ GATES = [
     ("nixl", "apply.yml", "__nixl_differs", None),
     ("cuda_toolkit", "apply.yml", "__cuda_toolkit_differs", None),
     ("sglang", "apply.yml", "__sglang_differs", None),
+    ("model", "apply.yml", "__model_differs", None),
     ("nvidia_driver", "repository.yml", "__nvidia_driver_differs",
      ["prerequisites", "keyring_dir", "key", "source", "pin"]),
     ("nvidia_driver", "install.yml", "__nvidia_driver_differs",
