@@ -1,6 +1,6 @@
-"""The cuda_toolkit role's one look at a host (pdfleet_probe: settings on stdin; prints JSON): the
-installed packages (one dpkg-query), whether the CUDA repository is configured, the profile script's state
-and `nvcc --version`. The role's tasks run only for what differs. Changes nothing."""
+"""The cuda_toolkit role's one look at a host (pdfleet_probe: settings on stdin; prints JSON): the installed versions
+of the packages it names (one dpkg-query), whether the CUDA repository is configured, the profile script's state and
+`nvcc --version`. The role's tasks run only for what differs. Changes nothing."""
 
 import json
 import os
@@ -12,7 +12,9 @@ from pdfleet_probe_common import installed_packages, run, stat_of
 def main() -> None:
     cfg = json.loads(sys.stdin.readline())  # settings: one JSON line on stdin (pdfleet_probe)
     nvcc = run([cfg["nvcc"], "--version"])
-    print(json.dumps({"packages": installed_packages(), "source_exists": os.path.exists(cfg["source"]),
+    installed = installed_packages()
+    print(json.dumps({"packages": {p: installed[p] for p in cfg.get("packages", []) if p in installed},
+                      "source_exists": os.path.exists(cfg["source"]),
                       "profile": stat_of(cfg["profile"], digest=True),
                       "nvcc": {"rc": nvcc["rc"], "stdout": nvcc["stdout"], "msg": nvcc["stderr"].strip()}}))
 

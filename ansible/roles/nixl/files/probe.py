@@ -1,5 +1,5 @@
-"""The nixl role's one look at a host (pdfleet_probe: settings on stdin; prints JSON): the installed
-packages (one dpkg-query), the service venv and its distributions, what `import nixl` reports in it and
+"""The nixl role's one look at a host (pdfleet_probe: settings on stdin; prints JSON): which of the packages it names
+are installed (one dpkg-query), the service venv and its distributions, what `import nixl` reports in it and
 `ucx_info -d`. The role's tasks run only for what differs; its checks read this. Changes nothing."""
 
 import json
@@ -12,7 +12,8 @@ from pdfleet_probe_common import dists_of, installed_packages, purelib_of, run
 def main() -> None:
     cfg = json.loads(sys.stdin.readline())  # settings: one JSON line on stdin (pdfleet_probe)
     python = os.path.join(cfg["venv"], "bin", "python")
-    out = {"packages": sorted(installed_packages()), "venv": os.path.isfile(python),
+    installed = installed_packages()
+    out = {"packages": sorted(p for p in cfg.get("packages", []) if p in installed), "venv": os.path.isfile(python),
            "dists": sorted(dists_of(purelib_of(cfg["venv"]))),
            "nixl_import": run([python, "-c", "import importlib.metadata as m, nixl; print(m.version('nixl'))"]),
            "ucx": run([cfg["ucx_info"], "-d"])}

@@ -1,14 +1,16 @@
 """The nvidia_driver role's one look at a host (pdfleet_probe: settings on stdin; prints JSON).
 
-In one round trip: the Secure Boot state, the machine id, every installed package with its selection (one
-dpkg-query), the state of the files the role writes (sha256, mode, owner), the repository's signing key as
-served now, the installed and the loaded kernel module, the signs of a pending reboot, nvidia-persistenced's
-state and nvidia-smi's answer. Each task of the role then runs only for what differs. Changes nothing.
+In one round trip: the Secure Boot state, the machine id, the installed packages the role names or its hold pattern
+covers, with their selection, and those of the pattern not held (one dpkg-query), the state of the files the role
+writes (sha256, mode, owner), the repository's signing key as served now, the installed and the loaded kernel
+module, the signs of a pending reboot, nvidia-persistenced's state and nvidia-smi's answer. Each task of the role
+then runs only for what differs. Changes nothing.
 """
 
 import hashlib
 import json
 import os
+import re
 import ssl
 import sys
 import urllib.request
@@ -32,8 +34,15 @@ def main() -> None:
         out["secure_boot"] = run(cfg["secure_boot_command"])
     out["machine_id"] = (read_text("/etc/machine-id") or "").strip()
     rows = run(["dpkg-query", "-W", "-f", "${Package} ${Version} ${Status}\n"])["stdout"].splitlines()
-    out["packages"] = {w[0]: {"version": w[1], "want": w[2]}
-                       for w in (r.split() for r in rows) if len(w) == 5 and w[4] == "installed"}
+    installed = {w[0]: {"version": w[1], "want": w[2]}
+                 for w in (r.split() for r in rows) if len(w) == 5 and w[4] == "installed"}
+    # only what the role asks about: the named packages and those the hold pattern covers
+    held = re.compile(cfg["hold_regex"]) if cfg.get("hold_regex") else None
+    wanted = set(cfg.get("packages", []))
+    out["packages"] = {name: state for name, state in installed.items()
+                       if name in wanted or (held is not None and held.match(name))}
+    out["unheld"] = sorted(name for name, state in out["packages"].items()
+                           if held is not None and held.match(name) and state["want"] != "hold")
     out["files"] = {p: stat_of(p, digest=True) for p in cfg.get("files", [])}
     out["dirs"] = {p: stat_of(p) for p in cfg.get("dirs", [])}
     out["exists"] = {p: os.path.exists(p) for p in cfg.get("exists", [])}

@@ -1,0 +1,70 @@
+"""Each role's checks before a change are one task that names every problem it found, each with its fix, and
+stops the host before anything is changed. Run here against this machine, which the checks refuse for more than
+one reason at once (nothing is installed: every role fails at its check, before its first change)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from pdfleet.paths import REPO_ROOT
+
+BIN = Path(os.environ.get("VIRTUAL_ENV", REPO_ROOT / ".venv")) / "bin"
+
+
+def _run_role(tmp_path: Path, role: str, role_vars: str) -> str:
+    play = tmp_path / "play.yml"
+    play.write_text(textwrap.dedent(f"""\
+        - name: Run {role} against the control machine
+          hosts: localhost
+          connection: local
+          gather_facts: false
+          roles:
+            - role: {role}
+              vars:
+        """) + textwrap.indent(textwrap.dedent(role_vars), " " * 8))
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-e",
+                           f"ansible_python_interpreter={sys.executable}", str(play)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert "changed=0" in proc.stdout, proc.stdout[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.skipif(not Path("/etc/machine-id").is_file(), reason="needs /etc/machine-id (the control machine check)")
+def test_driver_checks_name_every_problem_at_once(tmp_path: Path) -> None:
+    out = _run_role(tmp_path, "nvidia_driver", """\
+        nvidia_driver_version: "570.1.2"
+        nvidia_driver_branch: 580
+        nvidia_driver_check_gpus: false
+        """)
+    # one failure that names all three problems
+    failure = next(line for line in out.splitlines() if "is not a version of branch" in line)
+    assert "localhost: driver 570.1.2 is not a version of branch 580; fix pdfleet_cluster.cuda" in failure
+    assert "localhost: nvidia_driver_cuda_repo_url is not set." in failure
+    assert "localhost is the control machine running this playbook" in failure
+
+
+def test_toolkit_checks_name_the_floor_and_the_missing_repository(tmp_path: Path) -> None:
+    out = _run_role(tmp_path, "cuda_toolkit", """\
+        cuda_toolkit_version: "12.4"
+        cuda_toolkit_floor: "12.8"
+        """)
+    failure = next(line for line in out.splitlines() if "is not allowed" in line)
+    assert "localhost: CUDA 12.4 (floor 12.8) is not allowed" in failure
+    assert "localhost: /etc/apt/sources.list.d/pdfleet-cuda.sources is missing" in failure
+
+
+def test_sglang_checks_name_a_wrong_patch_id_and_a_missing_wheel(tmp_path: Path) -> None:
+    out = _run_role(tmp_path, "sglang", """\
+        sglang_version: 0.5.15.post1
+        sglang_patch_id: nixl-abort-v0
+        sglang_install_mode: sim
+        """)
+    failure = next(line for line in out.splitlines() if "carries nixl-abort-v1" in line)
+    assert "localhost: sglang_patch_id is nixl-abort-v0, but SGLang 0.5.15.post1 carries nixl-abort-v1" in failure
+    assert "localhost: sglang_install_mode=sim needs sglang_sim_wheel" in failure
