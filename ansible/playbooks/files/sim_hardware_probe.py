@@ -3,27 +3,17 @@
 Run by pdfleet_probe (read-only): settings on stdin ({"paths": [...]}), one JSON document on stdout.
 """
 
-import grp
 import json
-import os
-import pwd
 import sys
+
+from pdfleet_probe_common import stat_of
 
 
 def _line(path: str) -> str | None:
-    try:
-        st = os.stat(path)
-    except OSError:
+    state = stat_of(path)
+    if state is None:
         return None
-    try:
-        owner = pwd.getpwuid(st.st_uid).pw_name
-    except KeyError:
-        owner = str(st.st_uid)
-    try:
-        group = grp.getgrgid(st.st_gid).gr_name
-    except KeyError:
-        group = str(st.st_gid)
-    return f"{path} {st.st_mode & 0o7777:o} {owner} {group}"
+    return f"{path} {int(state['mode'], 8):o} {state['owner']} {state['group']}"
 
 
 def main() -> None:

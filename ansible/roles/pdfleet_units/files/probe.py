@@ -5,9 +5,9 @@ their sha256, never their content: secrets.env is one of them), each unit's enab
 prune the host's pdfleet-*.service files: the names of all of them ("present") and, for those the plan does not
 name, their path and base64 content ("unplanned", in the shape of ansible.builtin.slurp's results, which
 pdfleet.prune reads). A converged host costs one round trip and the role's tasks run only for what differs.
-"stale" names each active unit that started before one of the role's files or the paths of "restart_after"
-(globs: the code the units run) last changed: the restart of a run stopped after a change but before its
-handler ran, still owed. Every key of the settings is optional. Changes nothing.
+"stale" names each active unit that started before one of its paths (settings "stale_paths": {unit: [globs]}: its
+files and the code it runs) last changed: the restart of a run stopped after a change but before its handler ran,
+still owed. Every key of the settings is optional. Changes nothing.
 """
 
 import base64
@@ -38,10 +38,10 @@ def _show(units: list[str]) -> dict[str, dict[str, str]]:
     return {u: found.get(u, {}) for u in units}
 
 
-def _stale(shown: dict[str, dict[str, str]], paths: list[str]) -> dict[str, str]:
-    """{unit: why} for each active unit that started before the newest of ``paths`` (globs) last changed."""
+def _newest(patterns: list[str]) -> tuple[float, str]:
+    """The newest modification time among the paths the globs match, and that path ((0, "") for none)."""
     newest, newest_path = 0.0, ""
-    for pattern in paths:
+    for pattern in patterns:
         for path in glob.glob(pattern):
             try:
                 mtime = os.stat(path).st_mtime
@@ -49,11 +49,20 @@ def _stale(shown: dict[str, dict[str, str]], paths: list[str]) -> dict[str, str]
                 continue
             if mtime > newest:
                 newest, newest_path = mtime, path
+    return newest, newest_path
+
+
+def _stale(shown: dict[str, dict[str, str]], paths: dict[str, list[str]]) -> dict[str, str]:
+    """{unit: why} for each active unit that started before the newest of its paths (globs) last changed."""
     out = {}
-    for unit, props in shown.items():
+    for unit, patterns in paths.items():
+        props = shown.get(unit, {})
         stamp = props.get("ActiveEnterTimestamp", "")
-        if props.get("ActiveState") == "active" and stamp.startswith("@") and newest > int(stamp[1:]) + STALE_MARGIN_S:
-            out[unit] = f"{newest_path} changed {newest - int(stamp[1:]):.0f} s after {unit} started"
+        if props.get("ActiveState") != "active" or not stamp.startswith("@"):
+            continue
+        newest, path = _newest(patterns)
+        if newest > int(stamp[1:]) + STALE_MARGIN_S:
+            out[unit] = f"{path} changed {newest - int(stamp[1:]):.0f} s after {unit} started"
     return out
 
 
@@ -78,7 +87,7 @@ def main() -> None:
     shown = _show(cfg.get("units", []))
     out["units"] = {u: {"enabled": p.get("UnitFileState") or "unknown", "active": p.get("ActiveState") or "unknown"}
                     for u, p in shown.items()}
-    out["stale"] = _stale(shown, cfg.get("files", []) + cfg.get("restart_after", []))
+    out["stale"] = _stale(shown, cfg.get("stale_paths", {}))
     if "unit_dir" in cfg:
         out.update(_unit_files(cfg["unit_dir"], cfg["unit_glob"], cfg.get("planned", [])))
     print(json.dumps(out))
