@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -30,11 +31,11 @@ def _action() -> ModuleType:
     return module
 
 
-def _probe(role: str, settings: dict) -> dict:
+def _probe(role: str, settings: dict, env: dict[str, str] | None = None) -> dict:
     source = (ROLES / role / "files" / "probe.py").read_text()
     program = _action().remote_program(source, "probe.py")
     proc = subprocess.run([sys.executable, "-I", "-c", program], input=json.dumps(settings) + "\n",
-                          capture_output=True, text=True, timeout=120, check=False)
+                          capture_output=True, text=True, timeout=120, check=False, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
 
@@ -114,3 +115,36 @@ def test_watchdog_probe_names_a_changed_wheel_file(tmp_path: Path) -> None:
     (lib / "pdfleet" / "a.py").write_text("x = 2\n")
     changed = _probe("pdfleet_watchdog", cfg)["wheel_bad"]
     assert changed == f"{lib / 'pdfleet' / 'a.py'} (sha256 differs from the RECORD)"
+
+
+def _fake_systemctl(bin_dir: Path, unit: str, started: int) -> None:
+    """A systemctl that answers `show` for one active unit that entered the active state at `started`."""
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / "systemctl"
+    script.write_text("#!/bin/sh\n"
+                      f"printf 'Id={unit}\\nUnitFileState=enabled\\nActiveState=active\\n"
+                      f"ActiveEnterTimestamp=@{started}\\n'\n")
+    script.chmod(0o755)
+
+
+def test_units_probe_names_a_unit_started_before_its_paths_last_changed(tmp_path: Path) -> None:
+    """The restart a stopped run still owes: a unit whose code changed after it started is named with the path;
+    a change within the margin after the start, or of another unit's paths, is not."""
+    unit = "pdfleet-prefill0.service"
+    started = int(time.time()) - 600
+    code = tmp_path / "lib" / "pkg-1.0.dist-info"
+    code.mkdir(parents=True)
+    os.utime(code, (started - 3600, started - 3600))  # installed long before the unit started
+    _fake_systemctl(tmp_path / "bin", unit, started)
+    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    settings = {"units": [unit], "stale_paths": {unit: [str(tmp_path / "lib" / "*.dist-info")]}}
+    out = _probe("pdfleet_units", settings, env)
+    assert out["units"] == {unit: {"enabled": "enabled", "active": "active"}}
+    assert out["stale"] == {}
+    os.utime(code, (started + 1, started + 1))  # written just after the start (within the margin)
+    assert _probe("pdfleet_units", settings, env)["stale"] == {}
+    code.touch()  # a newer install, after the unit started
+    stale = _probe("pdfleet_units", settings, env)["stale"]
+    assert list(stale) == [unit] and str(code) in stale[unit]
+    other = {"units": [unit], "stale_paths": {unit: [str(tmp_path / "none" / "*")]}}
+    assert _probe("pdfleet_units", other, env)["stale"] == {}  # only the unit's own paths count
