@@ -15,6 +15,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -39,10 +40,40 @@ class LaunchError(RuntimeError):
     """A process of the local PD stack did not come up; the message points at its log."""
 
 
+# Ports handed out by free_port in this process: never the same one twice (a server may not have bound it yet).
+_GIVEN: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (outgoing connections take their local port there)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
+    """A loopback port nobody listens on, for a server a test starts next. Chosen below the ephemeral range: a port
+    the kernel picks there (bind to port 0) can be taken as an outgoing connection's local port before the server
+    binds it, and the server then fails with "Address already in use"."""
+    low = _ephemeral_low()
+    if low > 20000 + 1000:
+        for _ in range(200):
+            port = random.randrange(20000, low)
+            if port in _GIVEN:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((HOST, port))
+                except OSError:
+                    continue
+            _GIVEN.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+        port = int(s.getsockname()[1])
+    _GIVEN.add(port)
+    return port
 
 
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
