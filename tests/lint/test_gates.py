@@ -43,12 +43,52 @@ def _differs_keys(role: str, var: str) -> set[str]:
     return set(data[var])
 
 
+# Where a role includes its gated files: main.yml, or the file main.yml itself includes behind one gate.
+INCLUDERS = ("main.yml", "converge.yml")
+
+
 def _main_gate(role: str, file: str) -> str:
-    for task in yaml.safe_load((ROLES / role / "tasks" / "main.yml").read_text()):
-        if task.get("ansible.builtin.include_tasks") == file:
-            when = task.get("when")
-            return " ".join(when) if isinstance(when, list) else str(when)
+    for includer in INCLUDERS:
+        path = ROLES / role / "tasks" / includer
+        for task in yaml.safe_load(path.read_text()) if path.is_file() else []:
+            if task.get("ansible.builtin.include_tasks") == file:
+                when = task.get("when")
+                return " ".join(when) if isinstance(when, list) else str(when)
     raise AssertionError(f"{role}/tasks/main.yml does not include {file}")
+
+
+# Roles whose main.yml stops after the look on a converged host: one gate (main.yml -> converge.yml) on a list of
+# what the look found, which must hold every entry of the differs dict and every check's failure.
+CONVERGE_GATES = {
+    "nvidia_driver": ("__nvidia_driver_preflight_problems | length > 0", "__nvidia_driver_reboot_reasons | length > 0",
+                      "__nvidia_driver_persistenced_differs",
+                      "__nvidia_driver_gpus_checked and not __nvidia_driver_gpus_as_pinned"),
+    "cuda_toolkit": ("__cuda_toolkit_problems | length > 0",
+                     "__cuda_toolkit_nvcc_checked and not __cuda_toolkit_nvcc_as_pinned"),
+    "nixl": ("__nixl_problems | length > 0",),
+}
+
+
+@pytest.mark.parametrize("role", sorted(CONVERGE_GATES))
+def test_the_converge_gate_opens_whenever_anything_differs_or_a_check_fails(role: str) -> None:
+    gate = _main_gate(role, "converge.yml")
+    assert gate == f"__{role}_converge | length > 0", gate
+    converge = yaml.safe_load((ROLES / role / "vars" / "main.yml").read_text())[f"__{role}_converge"]
+    for part in (f"__{role}_differs | dict2items | selectattr('value')", *CONVERGE_GATES[role]):
+        assert part in converge, f"{role}: __{role}_converge lacks {part!r}"
+    # every other task of converge.yml (checks, reboot, services) runs on a condition the gate reads; put-backs run
+    # on the differs dict (the tests above), an import without a condition carries its own tasks' conditions
+    for task in yaml.safe_load((ROLES / role / "tasks" / "converge.yml").read_text()):
+        when = str(task.get("when", ""))
+        if f"__{role}_differs" in when or ("ansible.builtin.import_tasks" in task and not when):
+            continue
+        head = when.split(" |")[0].split(" and")[0]
+        assert when and any(head in part for part in CONVERGE_GATES[role]), (
+            f"{role}/tasks/converge.yml: {task['name']!r} runs on {when!r}, which the gate does not read")
+
+
+def test_the_gate_table_names_every_converge_file() -> None:
+    assert {r.name for r in ROLES.iterdir() if (r / "tasks" / "converge.yml").is_file()} == set(CONVERGE_GATES)
 
 
 @pytest.mark.parametrize(("role", "file", "var", "gate"), GATES, ids=[f"{g[0]}/{g[1]}" for g in GATES])

@@ -142,3 +142,22 @@ def test_a_cluster_model_that_differs_between_hosts_is_refused(tmp_path: Path) -
     (tmp_path / "inv" / "hosts.yml").write_text("all:\n  hosts:\n    gpu01: {}\n    gpu02: {}\n")
     with pytest.raises(InventoryError, match="pdfleet_cluster differs between hosts"):
         load_inventory(tmp_path / "inv").shared_var("pdfleet_cluster")
+
+
+def test_a_host_without_the_cluster_model_is_named_by_the_preflight(tmp_path: Path) -> None:
+    """The preflight checks every host at once (one task): the host that lacks pdfleet_cluster is named, the host
+    that has it is not, and nothing is planned."""
+    inv = tmp_path / "inv"
+    shutil.copytree(EXAMPLE, inv)
+    (inv / "group_vars" / "pdfleet_hosts").mkdir()
+    (inv / "group_vars" / "all" / "cluster.yml").rename(inv / "group_vars" / "pdfleet_hosts" / "cluster.yml")
+    (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {
+        "hosts": {"stray01": {"ansible_host": "127.0.0.4"}},
+        "children": {"pdfleet_hosts": {"hosts": {"gpu01": {"ansible_host": "127.0.0.3"}}}}}}))
+    out = tmp_path / "show.json"
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), "-e", f"pdfleet_show_out={out}",
+                           str(Path(__file__).parent / "show_plan.yml")],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode != 0 and not out.exists(), proc.stdout[-3000:]
+    assert "stray01: the variable pdfleet_cluster is not defined" in proc.stdout, proc.stdout[-3000:]
+    assert "gpu01: the variable" not in proc.stdout and "gpu01, stray01" not in proc.stdout

@@ -145,3 +145,28 @@ def test_cli_rejects_an_inventory_without_pdfleet_sim(tmp_path, capsys):
     (inv / "group_vars/all/sim.yml").unlink()
     assert main(["sim", "status", "-i", str(inv)]) == 2
     assert "not a sim inventory" in capsys.readouterr().err
+
+
+def test_cli_refuses_an_ssh_config_path_that_is_not_the_state_dirs(tmp_path, capsys):
+    """The sim inventories write the ssh_config path out (no template per task); one that names another state
+    directory than pdfleet_sim.state_dir is refused with the value to set, and the right one is accepted."""
+    from pdfleet.sim.cli import _inventory_sim, main
+
+    inv = _sim_inventory(tmp_path)
+    sim_file = inv / "group_vars/all/sim.yml"
+    base = sim_file.read_text()
+    sim_file.write_text(base + "ansible_ssh_common_args: -F /var/lib/pdfleet-sim/ssh_config\n")
+    assert main(["sim", "status", "-i", str(inv)]) == 2
+    err = capsys.readouterr().err
+    assert "ansible_ssh_common_args" in err and f"-F {tmp_path / 'state' / 'ssh_config'}" in err, err
+    _inventory_sim.cache_clear()
+    sim_file.write_text(base + f"ansible_ssh_common_args: -F {tmp_path / 'state' / 'ssh_config'}\n")
+    assert main(["sim", "status", "-i", str(inv)]) == 0
+
+
+def test_the_repository_sim_inventories_name_their_own_ssh_config():
+    from pdfleet.paths import REPO_ROOT
+    from pdfleet.sim.cli import _inventory_sim
+
+    for name in ("sim", "sim-fleet", "sim-mono"):
+        _inventory_sim(REPO_ROOT / "inventory" / name)  # raises SimError when the path is not the state_dir's

@@ -41,7 +41,19 @@ def _inventory_sim(path: Path) -> tuple[list[SimHost], dict[str, object]]:
     sim = inv.variables.get("pdfleet_sim")
     if not isinstance(sim, dict):
         raise SimError(f"{path}: no `pdfleet_sim` variable (bridge, cidr, gateway, state_dir): not a sim inventory")
+    _check_connection_paths(path, sim, {h: inv.var(h, "ansible_ssh_common_args") for h in inv.hosts})
     return [SimHost(name, address) for name, address in inv.hosts.items()], sim
+
+
+def _check_connection_paths(path: Path, sim: dict[str, object], common_args: dict[str, object]) -> None:
+    """The sim inventories write their ssh_config path literally (connection variables are templated on every
+    task of every host, so a template there costs each task): it must be the one `sim up` writes."""
+    state_dir = Path(str(sim.get("state_dir", DEFAULT_STATE_DIR)))
+    want = f"-F {state_dir / 'ssh_config'}"
+    for host, have in common_args.items():
+        if have is not None and str(have).strip() != want:
+            raise SimError(f"{path}: host {host}: ansible_ssh_common_args is {have!r}, but `pdfleet sim up` writes "
+                           f"the ssh_config of pdfleet_sim.state_dir {state_dir}: set it to {want!r}")
 
 
 def _state_dir(args: argparse.Namespace) -> Path:

@@ -40,5 +40,6 @@ def scratch_inventory(root: Path, net: int, source: Path = DEFAULT_INVENTORY) ->
     state_dir = root / "state"
     sim["pdfleet_sim"].update(bridge=f"pdfsc{net}", cidr=f"10.{net}.0.0/24", gateway=f"10.{net}.0.1",
                               state_dir=str(state_dir))
+    sim["ansible_ssh_common_args"] = f"-F {state_dir / 'ssh_config'}"  # written out, as in inventory/sim
     sim_file.write_text(yaml.safe_dump(sim, sort_keys=False))
     return ScratchInventory(inventory, state_dir, addresses)
