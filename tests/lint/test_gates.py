@@ -66,6 +66,8 @@ CONVERGE_GATES = {
     "cuda_toolkit": ("__cuda_toolkit_problems | length > 0",
                      "__cuda_toolkit_nvcc_checked and not __cuda_toolkit_nvcc_as_pinned"),
     "nixl": ("__nixl_problems | length > 0",),
+    "sglang": ("__sglang_input_problems | length > 0", "__sglang_patch_differs | bool"),
+    "model": ("__model_input_problems | length > 0", "__model_staged"),
 }
 
 
