@@ -30,6 +30,16 @@ def test_check_mode_on_a_converged_cluster(converged: ScratchCluster) -> None:
     assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]
 
 
+@pytest.mark.parametrize("tag", ["preflight", "provision", "deploy", "watchdog", "verify"])
+def test_each_stage_runs_alone_with_its_tag(converged: ScratchCluster, tag: str) -> None:
+    """`--tags <stage>` runs that stage (and the plan it reads) without the others: the plays whose tasks are not
+    selected still check their roles' arguments (Ansible tags those checks always), and must not need what an
+    unselected play would have made (the wheel). Check mode: nothing changes, the protocol is not run."""
+    proc = converged.playbook(SITE, "--tags", tag, "--check")
+    assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]
+    assert recap(proc.stdout, "node1")["failed"] == 0, proc.stdout[-4000:]
+
+
 def test_units_run_as_the_unprivileged_user(converged: ScratchCluster) -> None:
     for unit in ("pdfleet-prefill0", "pdfleet-decode0", "pdfleet-router"):
         props = converged.ssh(f"systemctl show -p MainPID,NoNewPrivileges,ProtectSystem {unit}").stdout
