@@ -143,3 +143,31 @@ def group_of(name: str) -> str | None:
         return grp.getgrnam(name).gr_name
     except KeyError:
         return None
+
+
+# os-release ID -> Ansible's distribution name (the names the roles key their per-distribution settings by).
+DISTRIBUTION_NAMES = {"debian": "Debian", "ubuntu": "Ubuntu"}
+
+
+def os_facts() -> dict[str, str]:
+    """The few OS facts the roles read, named as Ansible's facts are: distribution, distribution_version (Debian's
+    point release from /etc/debian_version, as Ansible reads it), distribution_major_version, os_family, kernel."""
+    rel: dict[str, str] = {}
+    for path in ("/etc/os-release", "/usr/lib/os-release"):
+        text = read_text(path)
+        if text is not None:
+            for line in text.splitlines():
+                key, sep, value = line.strip().partition("=")
+                if sep:
+                    rel[key] = value.strip().strip('"').strip("'")
+            break
+    ident = rel.get("ID", "").lower()
+    version = rel.get("VERSION_ID", "")
+    point = (read_text("/etc/debian_version") or "").strip() if ident == "debian" else ""
+    if point[:1].isdigit():
+        version = point
+    like = (rel.get("ID_LIKE", "") + " " + ident).split()
+    return {"distribution": DISTRIBUTION_NAMES.get(ident, rel.get("NAME", ident or "unknown")),
+            "distribution_version": version, "distribution_major_version": version.split(".")[0],
+            "os_family": "Debian" if "debian" in like or "ubuntu" in like else rel.get("NAME", "unknown"),
+            "kernel": os.uname().release}

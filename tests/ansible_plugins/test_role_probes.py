@@ -148,3 +148,22 @@ def test_units_probe_names_a_unit_started_before_its_paths_last_changed(tmp_path
     assert list(stale) == [unit] and str(code) in stale[unit]
     other = {"units": [unit], "stale_paths": {unit: [str(tmp_path / "none" / "*")]}}
     assert _probe("pdfleet_units", other, env)["stale"] == {}  # only the unit's own paths count
+
+
+def test_the_driver_probe_reads_the_os_and_picks_its_distributions_packages(tmp_path: Path) -> None:
+    """The driver's look reads the OS facts itself and asks dpkg only about this distribution's packages (else the
+    OS family's) and the running kernel's headers; a distribution the role has no entry for is reported."""
+    import os
+
+    cfg = _settings(tmp_path)["nvidia_driver"]
+    here = _probe("nvidia_driver", cfg | {"by_distribution": {}})
+    facts = here["os"]
+    assert facts["kernel"] == os.uname().release and facts["distribution"] and facts["os_family"] == "Debian"
+    assert (here["supported"], here["packages"]) == (False, {})
+    # this machine's dpkg has python3 and coreutils installed, not the stand-in names
+    entry = {"packages": ["coreutils", "pdfleet-no-such-package"], "prerequisites": ["python3"], "hold_regex": ""}
+    for key in (facts["distribution"], facts["os_family"]):
+        found = _probe("nvidia_driver", cfg | {"by_distribution": {key: entry, "NoSuchOS": {"packages": ["bash"]}}})
+        assert found["supported"] is True
+        assert {"coreutils", "python3"} <= set(found["packages"]) and "bash" not in found["packages"], found
+        assert "pdfleet-no-such-package" not in found["packages"]

@@ -68,6 +68,7 @@ CONVERGE_GATES = {
     "nixl": ("__nixl_problems | length > 0",),
     "sglang": ("__sglang_input_problems | length > 0", "__sglang_patch_differs | bool"),
     "model": ("__model_input_problems | length > 0", "__model_staged"),
+    "pdfleet_units": ("pdfleet_units_remove_unplanned | bool and __pdfleet_units_removals.stale | length > 0",),
 }
 
 

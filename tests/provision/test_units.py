@@ -14,7 +14,7 @@ from pdfleet.inventory import load_inventory
 from pdfleet.planner import build_plan
 from pdfleet.sim import aptrepo
 
-ROLE_VARS = Path(__file__).resolve().parents[2] / "ansible/roles/nvidia_driver/vars/Debian.yml"
+ROLE_VARS = Path(__file__).resolve().parents[2] / "ansible/roles/nvidia_driver/vars/main.yml"
 EXAMPLES = Path(__file__).resolve().parents[2] / "inventory" / "examples"
 
 
@@ -26,7 +26,8 @@ def test_every_stand_in_is_marked() -> None:
 def test_the_role_installs_what_the_repository_offers() -> None:
     import yaml
 
-    wanted = yaml.safe_load(ROLE_VARS.read_text())["__nvidia_driver_packages"]
+    debian = yaml.safe_load(ROLE_VARS.read_text())["__nvidia_driver_distributions"]["Debian"]
+    wanted = debian["packages"] + [p for p in debian["prerequisites"] if p.startswith("nvidia")]
     offered = {p.name for p in aptrepo.packages("6.1.0-test") if p.version == f"{aptrepo.DRIVER_VERSIONS[0]}-1"}
     assert set(wanted) <= offered
 

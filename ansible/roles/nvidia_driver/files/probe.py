@@ -1,7 +1,9 @@
 """The nvidia_driver role's one look at a host (pdfleet_probe: settings on stdin; prints JSON).
 
-In one round trip: the Secure Boot state, the machine id, the installed packages the role names or its hold pattern
-covers, with their selection, and those of the pattern not held (one dpkg-query), the state of the files the role
+In one round trip: the OS facts the role reads (distribution, version, OS family, running kernel), the Secure Boot
+state, the machine id, the installed packages the role names for this distribution (settings: by_distribution, by
+distribution and else OS family: prerequisites and packages, plus the running kernel's headers) or its hold pattern covers, with their
+selection, and those of the pattern not held (one dpkg-query), the state of the files the role
 writes (sha256, mode, owner), the repository's signing key as served now, the installed and the loaded kernel
 module, the signs of a pending reboot, nvidia-persistenced's state and nvidia-smi's answer. Each task of the role
 then runs only for what differs. Changes nothing.
@@ -15,7 +17,7 @@ import ssl
 import sys
 import urllib.request
 
-from pdfleet_probe_common import read_text, run, stat_of, unit_state
+from pdfleet_probe_common import os_facts, read_text, run, stat_of, unit_state
 
 
 def _key(url: str) -> dict:
@@ -37,8 +39,15 @@ def main() -> None:
     installed = {w[0]: {"version": w[1], "want": w[2]}
                  for w in (r.split() for r in rows) if len(w) == 5 and w[4] == "installed"}
     # only what the role asks about: the named packages and those the hold pattern covers
-    held = re.compile(cfg["hold_regex"]) if cfg.get("hold_regex") else None
-    wanted = set(cfg.get("packages", []))
+    facts = os_facts()
+    out["os"] = facts
+    by_distribution = cfg.get("by_distribution", {})
+    dist = by_distribution.get(facts["distribution"]) or by_distribution.get(facts["os_family"]) or {}
+    out["supported"] = bool(dist)
+    held = re.compile(dist["hold_regex"]) if dist.get("hold_regex") else None
+    wanted = set(dist.get("prerequisites", []) + dist.get("packages", []))
+    if dist:
+        wanted.add("linux-headers-" + facts["kernel"])
     out["packages"] = {name: state for name, state in installed.items()
                        if name in wanted or (held is not None and held.match(name))}
     out["unheld"] = sorted(name for name, state in out["packages"].items()
