@@ -3,8 +3,8 @@
 In one round trip: the OS facts the role reads (distribution, version, OS family, running kernel), the Secure Boot
 state, the machine id, the installed packages the role names for this distribution (settings: by_distribution, by
 distribution and else OS family: prerequisites and packages, plus the running kernel's headers) or its hold
-pattern covers, with their selection, and those of the pattern not held (one dpkg-query), the state of the files the role
-writes (sha256, mode, owner), the repository's signing key as served now, the installed and the loaded kernel
+pattern covers, with their selection, and those of the pattern not held (one dpkg-query), the state of the files
+the role writes (sha256, mode, owner), the repository's signing key as served now, the installed and the loaded kernel
 module, the signs of a pending reboot, nvidia-persistenced's state and nvidia-smi's answer. Each task of the role
 then runs only for what differs. Changes nothing.
 """
