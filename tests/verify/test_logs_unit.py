@@ -144,8 +144,9 @@ def test_journal_command() -> None:
     assert "journalctl _SYSTEMD_INVOCATION_ID=$id --until @1700000000 -o short-iso" in \
         journal_before_command("pdfleet-prefill0", 1700000000.7)
     conn = load_inventory(REPO_ROOT / "inventory" / "sim").connection("node1")
+    # no key of its own: the ssh_config that `pdfleet sim up` writes names it (IdentityFile)
     assert (conn.address, conn.user, conn.key_file, conn.ssh_config) == (
-        "10.77.0.11", "root", "/var/lib/pdfleet-sim/id_ed25519", "/var/lib/pdfleet-sim/ssh_config")
+        "10.77.0.11", "root", None, "/var/lib/pdfleet-sim/ssh_config")
 
 
 def test_mono_cluster_needs_no_transfer_aborts(tmp_path: Path) -> None:
