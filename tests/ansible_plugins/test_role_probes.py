@@ -167,3 +167,33 @@ def test_the_driver_probe_reads_the_os_and_picks_its_distributions_packages(tmp_
         assert found["supported"] is True
         assert {"coreutils", "python3"} <= set(found["packages"]) and "bash" not in found["packages"], found
         assert "pdfleet-no-such-package" not in found["packages"]
+
+
+def test_the_driver_probe_reads_the_module_version_and_licence_from_one_modinfo(tmp_path: Path) -> None:
+    """One `modinfo nvidia` gives both fields (the first line of each key, as modinfo prints them); no module: both
+    empty, not a crash."""
+    calls = tmp_path / "calls"
+    modinfo = tmp_path / "modinfo"
+    modinfo.write_text(f"""#!/bin/sh
+echo "$@" >> {calls}
+[ "$1" = nvidia ] || {{ echo "modinfo: ERROR: Module $1 not found." >&2; exit 1; }}
+cat <<'OUT'
+filename:       /lib/modules/6.1.0-40-amd64/updates/dkms/nvidia.ko
+import_ns:      DMA_BUF
+alias:          char-major-195-*
+version:        580.95.05
+supported:      external
+license:        Dual MIT/GPL
+parm:           NVreg_ResmanDebugLevel:int
+parm:           NVreg_RmLogonRC:int
+version:        not-the-first
+OUT
+""")
+    modinfo.chmod(0o755)
+    cfg = _settings(tmp_path)["nvidia_driver"] | {"modinfo": str(modinfo)}
+    out = _probe("nvidia_driver", cfg)
+    assert (out["module_version"], out["module_license"]) == ("580.95.05", "Dual MIT/GPL")
+    assert calls.read_text().splitlines() == ["nvidia"]
+    missing = tmp_path / "no-modinfo"
+    assert {k: _probe("nvidia_driver", cfg | {"modinfo": str(missing)})[k]
+            for k in ("module_version", "module_license")} == {"module_version": "", "module_license": ""}

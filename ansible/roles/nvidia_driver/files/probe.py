@@ -29,6 +29,17 @@ def _key(url: str) -> dict:
     return {"content": body, "sha256": hashlib.sha256(body.encode()).hexdigest(), "error": ""}
 
 
+def _module_info(modinfo: str) -> dict:
+    """The installed nvidia module's version and licence from one `modinfo nvidia` ("key: value" lines; the first
+    of each key; empty where there is no module)."""
+    fields: dict = {}
+    for line in run([modinfo, "nvidia"])["stdout"].splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return {"module_version": fields.get("version", ""), "module_license": fields.get("license", "")}
+
+
 def main() -> None:
     cfg = json.loads(sys.stdin.readline())  # settings: one JSON line on stdin (pdfleet_probe)
     out: dict = {}
@@ -57,9 +68,7 @@ def main() -> None:
     out["exists"] = {p: os.path.exists(p) for p in cfg.get("exists", [])}
     if cfg.get("key_url"):
         out["key"] = _key(cfg["key_url"])
-    modinfo = cfg["modinfo"]
-    out["module_version"] = run([modinfo, "-F", "version", "nvidia"])["stdout"].strip()
-    out["module_license"] = run([modinfo, "-F", "license", "nvidia"])["stdout"].strip()
+    out.update(_module_info(cfg["modinfo"]))
     out["loaded_version"] = (read_text(cfg["loaded_version_path"]) or "").strip()
     if cfg.get("unit"):
         out["unit"] = unit_state(cfg["unit"])
