@@ -85,9 +85,12 @@ def debs_missing(debs: list[str]) -> list[str]:
 
 
 def unit_state(name: str) -> dict[str, str]:
-    """A systemd unit's {enabled, active} ("unknown" where systemctl says nothing)."""
-    return {key: run(["systemctl", verb, name])["stdout"].strip() or "unknown"
-            for key, verb in (("enabled", "is-enabled"), ("active", "is-active"))}
+    """A systemd unit's {enabled, active}, as `systemctl is-enabled` and `is-active` name them, from one `systemctl
+    show` ("unknown" where systemctl says nothing: no such unit file, no systemd)."""
+    props = dict(line.split("=", 1) for line in run(["systemctl", "show", "-p", "UnitFileState,ActiveState", name])
+                 ["stdout"].splitlines() if "=" in line)
+    return {"enabled": props.get("UnitFileState", "").strip() or "unknown",
+            "active": props.get("ActiveState", "").strip() or "unknown"}
 
 
 def purelib_of(venv: str) -> str:

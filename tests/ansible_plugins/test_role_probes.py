@@ -159,12 +159,15 @@ def test_the_driver_probe_reads_the_os_and_picks_its_distributions_packages(tmp_
     here = _probe("nvidia_driver", cfg | {"by_distribution": {}})
     facts = here["os"]
     assert facts["kernel"] == os.uname().release and facts["distribution"] and facts["os_family"] == "Debian"
-    assert (here["supported"], here["packages"]) == (False, {})
+    assert (here["supported"], here["packages"], here["entry"]) == (False, {}, "")
+    assert here["dist"] == {"packages": [], "package_revision": "", "hold_regex": "", "pin_globs": [],
+                            "prerequisites": []}
     # this machine's dpkg has python3 and coreutils installed, not the stand-in names
     entry = {"packages": ["coreutils", "pdfleet-no-such-package"], "prerequisites": ["python3"], "hold_regex": ""}
     for key in (facts["distribution"], facts["os_family"]):
         found = _probe("nvidia_driver", cfg | {"by_distribution": {key: entry, "NoSuchOS": {"packages": ["bash"]}}})
-        assert found["supported"] is True
+        assert (found["supported"], found["entry"]) == (True, key)
+        assert found["dist"]["packages"] == entry["packages"] and found["dist"]["pin_globs"] == []
         assert {"coreutils", "python3"} <= set(found["packages"]) and "bash" not in found["packages"], found
         assert "pdfleet-no-such-package" not in found["packages"]
 

@@ -19,6 +19,9 @@ import urllib.request
 
 from pdfleet_probe_common import os_facts, read_text, run, stat_of, unit_state
 
+# The fields of a distribution's entry (the role's __nvidia_driver_distributions), empty.
+NO_ENTRY = {"packages": [], "package_revision": "", "hold_regex": "", "pin_globs": [], "prerequisites": []}
+
 
 def _key(url: str) -> dict:
     try:
@@ -53,8 +56,11 @@ def main() -> None:
     facts = os_facts()
     out["os"] = facts
     by_distribution = cfg.get("by_distribution", {})
-    dist = by_distribution.get(facts["distribution"]) or by_distribution.get(facts["os_family"]) or {}
+    entry = facts["distribution"] if facts["distribution"] in by_distribution else facts["os_family"]
+    dist = by_distribution.get(entry) or {}
     out["supported"] = bool(dist)
+    out["entry"] = entry if dist else ""
+    out["dist"] = {**NO_ENTRY, **dist}  # what the role's tasks read, whole even for an unsupported distribution
     held = re.compile(dist["hold_regex"]) if dist.get("hold_regex") else None
     wanted = set(dist.get("prerequisites", []) + dist.get("packages", []))
     if dist:
