@@ -29,6 +29,8 @@ VENV = "/opt/pdfleet-hubtest/venv"  # the host's stand-in for the service venv: 
 MODEL = "/srv/models/DeepSeek-V4-Flash"
 HUB_PIN = pinned_hub_requirements()["0.5.15.post1"]
 
+pytestmark = pytest.mark.sim
+
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimCluster, SimHost]]:
