@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
 from pdfleet.paths import REPO_ROOT
 from pdfleet.versions import OVERLAY_REQUIREMENTS
 
@@ -18,6 +19,12 @@ CACHE = REPO_ROOT / ".cache" / "hub-cli"
 def pinned_hub_requirements() -> dict[str, str]:
     """SGLang version -> its huggingface-hub requirement (e.g. 'huggingface-hub==1.33.0')."""
     return {v: r for v, reqs in OVERLAY_REQUIREMENTS.items() for r in reqs if r.startswith("huggingface-hub==")}
+
+
+def sim_inventory_sglang() -> str:
+    """The SGLang version of inventory/sim (the default suite tests the hub pin of that version)."""
+    cluster = yaml.safe_load((REPO_ROOT / "inventory/sim/group_vars/all/cluster.yml").read_text())
+    return str(cluster["pdfleet_cluster"]["sglang"]["version"])
 
 
 def hf_cli(requirement: str) -> Path:

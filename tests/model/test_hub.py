@@ -27,7 +27,7 @@ import pytest
 from pdfleet import weights as mm
 from pdfleet.paths import REPO_ROOT
 
-from .hfcli import hf_cli, pinned_hub_requirements
+from .hfcli import hf_cli, pinned_hub_requirements, sim_inventory_sglang
 from .hubserver import HubRepo, HubServer, serve
 from .test_role import BIN, GROUP, OWNER, PLAYBOOK
 
@@ -37,8 +37,7 @@ STANDIN = REPO_ROOT / "ansible" / "roles" / "model" / "files" / "standin"
 BIG = "model-00002-of-00003.safetensors"  # over huggingface_hub's 10 MiB download chunk: a drop can resume
 MIB = 1024 * 1024
 # The default suite runs the pin of the sim inventory's SGLang version; the others run in the long tier.
-DEFAULT_SGLANG = "0.5.15.post1"
-PINS = [pytest.param(req, id=req, marks=[] if v == DEFAULT_SGLANG else [pytest.mark.long])
+PINS = [pytest.param(req, id=req, marks=[] if v == sim_inventory_sglang() else [pytest.mark.long])
         for v, req in sorted(pinned_hub_requirements().items())]
 
 

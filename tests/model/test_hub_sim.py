@@ -20,14 +20,14 @@ from pdfleet.paths import REPO_ROOT
 from pdfleet.sim import SimCluster, SimHost, SimNetwork, down, up
 from simcluster import BIN, claimed_net, skip_reason
 
-from .hfcli import pinned_hub_requirements
+from .hfcli import pinned_hub_requirements, sim_inventory_sglang
 from .hubserver import HubRepo, HubServer, serve
 from .test_hub import BIG, MIB, REPO_ID, TOKEN, _repo_files
 
 PLAYBOOK = Path(__file__).parent / "stage_host.yml"
 VENV = "/opt/pdfleet-hubtest/venv"  # the host's stand-in for the service venv: only huggingface_hub in it
 MODEL = "/srv/models/DeepSeek-V4-Flash"
-HUB_PIN = pinned_hub_requirements()["0.5.15.post1"]
+HUB_PIN = pinned_hub_requirements()[sim_inventory_sglang()]
 
 pytestmark = pytest.mark.sim
 
