@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from pdfleet.clusterspec import ClusterSpec, InstanceSpec, parse_cluster
 from pdfleet.errors import PlanError, Problem
+from pdfleet.patch import manifest as patches
 from pdfleet.versions import CUDA_DRIVER_FLOORS, CUDA_FLOOR, SUPPORTED_LOG_LEVELS, UCX_TLS_ALIASES, version_tuple
 
 PD_PROFILES = ("pd-4p4d", "pd-multinode")
@@ -65,6 +66,8 @@ class Plan:
     router_url: str
     hosts: dict[str, list[Unit]]
     host_specs: dict[str, dict[str, object]] = field(default_factory=dict)  # what each GPU host should have
+    # The pin's hardware facts (its manifest's `hardware` section) applied to the units, each with its source.
+    hardware_facts: list[dict[str, object]] = field(default_factory=list)
 
     def units(self) -> list[Unit]:
         return [u for units in self.hosts.values() for u in units]
@@ -399,9 +402,36 @@ def _required_transports(c: ClusterSpec, host: str) -> list[str]:
     return out
 
 
+def hardware_facts(version: str) -> dict[str, patches.HardwareFacts]:
+    """The pin's facts per compute capability, from its patch manifest (none for a version without one)."""
+    try:
+        return patches.load_manifest(version).hardware or {}
+    except patches.UnsupportedVersionError:
+        return {}
+
+
+def _applied_facts(c: ClusterSpec, facts: Mapping[str, patches.HardwareFacts]) -> list[dict[str, object]]:
+    """Each fact that reaches at least one worker unit, with the units, the wheel file and the condition."""
+    out: list[dict[str, object]] = []
+    for cc, hw in sorted(facts.items()):
+        insts = [i for i in c.instances if c.hosts[i.host].compute_capability == cc]
+        entries: list[tuple[str, str, patches.EnvFact | patches.FlagFact]] = [
+            *(("env", f"{f.name}={f.value}", f) for f in hw.env),
+            *(("flag", " ".join(f.args), f) for f in hw.flags)]
+        for kind, setting, f in entries:
+            units = [f"pdfleet-{i.name}" for i in insts if i.role in f.roles]
+            if units:
+                out.append({"compute_capability": cc, "kind": kind, "setting": setting, "roles": list(f.roles),
+                            "units": units, "file": f.file, "condition": f.condition,
+                            "manifest": f"ansible/roles/sglang/files/patches/{c.sglang.version}/manifest.yml"})
+    return out
+
+
 def _plan(c: ClusterSpec, inventory_hosts: Mapping[str, str]) -> Plan:
     hosts: dict[str, list[Unit]] = {name: [] for name in inventory_hosts}
-    workers = [_worker_unit(c, inst, inventory_hosts[inst.host]) for inst in c.instances]
+    facts = hardware_facts(c.sglang.version)
+    workers = [_worker_unit(c, inst, inventory_hosts[inst.host], facts.get(c.hosts[inst.host].compute_capability))
+               for inst in c.instances]
     for unit in workers:
         hosts[unit.host].append(unit)
     router = _router_unit(c, inventory_hosts[c.router.host], workers)
@@ -415,10 +445,11 @@ def _plan(c: ClusterSpec, inventory_hosts: Mapping[str, str]) -> Plan:
         router_url=router.url,
         hosts={h: units for h, units in hosts.items() if units},
         host_specs={name: asdict(spec) for name, spec in c.hosts.items()},
+        hardware_facts=_applied_facts(c, facts),
     )
 
 
-def _worker_unit(c: ClusterSpec, inst: InstanceSpec, address: str) -> Unit:
+def _worker_unit(c: ClusterSpec, inst: InstanceSpec, address: str, hw: patches.HardwareFacts | None) -> Unit:
     module = "pdfleet.simworker" if c.sglang.launcher == "sim" else "sglang.launch_server"
     argv = [f"{c.sglang.venv}/bin/python", "-m", module,
             "--model-path", c.model.path,
@@ -429,6 +460,9 @@ def _worker_unit(c: ClusterSpec, inst: InstanceSpec, address: str) -> Unit:
             "--enable-metrics", "--log-level", c.sglang.log_level]
     env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in inst.gpus),
            "HF_HOME": f"{c.service.state_dir}/hf", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    if hw is not None:  # what the pin needs on this host's GPUs (before nixl.extra_env, which may override)
+        env |= hw.env_for(inst.role)
+        argv += hw.args_for(inst.role)
     if inst.role in ("prefill", "decode"):
         argv += ["--disaggregation-mode", inst.role, "--disaggregation-transfer-backend", "nixl"]
         if inst.bootstrap_port is not None:
