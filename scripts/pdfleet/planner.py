@@ -120,6 +120,7 @@ def check_rules(
     problems += _check_roles(c)
     problems += _check_versions(c, supported_patches)
     problems += _check_heartbeat(c)
+    problems += _check_hardware_limits(c)
     return problems
 
 
@@ -351,6 +352,40 @@ def _check_versions(c: ClusterSpec, supported_patches: Mapping[str, str]) -> lis
     return out
 
 
+def _last_value(args: list[str], flag: str) -> str | None:
+    """The value argparse would keep for ``flag`` (its last ``--flag V`` or ``--flag=V``)."""
+    found = None
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif a.startswith(flag + "="):
+            found = a.split("=", 1)[1]
+    return found
+
+
+def _check_hardware_limits(c: ClusterSpec) -> list[Problem]:
+    """A server argument above what the pin allows on a host's GPUs (the manifest's ``hardware.<cc>.limits``)."""
+    facts = hardware_facts(c.sglang.version)
+    out: list[Problem] = []
+    for idx, inst in enumerate(c.instances):
+        hw = facts.get(c.hosts[inst.host].compute_capability) if inst.host in c.hosts else None
+        for lim in hw.limits if hw else ():
+            raw = _last_value(c.model.server_args + inst.extra_args, lim.flag)
+            if inst.role not in lim.roles or raw is None or not re.fullmatch(r"-?\d+", raw):
+                continue
+            if int(raw) > lim.max or int(raw) < 0:
+                in_extra = _last_value(inst.extra_args, lim.flag) is not None
+                variable = (f"pdfleet_cluster.instances[{idx}].extra_args" if in_extra
+                            else "pdfleet_cluster.model.server_args")
+                out.append(Problem(
+                    variable, f"{lim.flag} {raw} on {inst.name}: SGLang {c.sglang.version} on compute capability "
+                    f"{hw.compute_capability} sends an extend batch above {lim.max} tokens to a kernel these GPUs "
+                    f"lack ({lim.file}; see the hardware section of its patch manifest)",
+                    f"set {lim.flag} between 1 and {lim.max} or leave it out (the manifest says why SGLang's "
+                    "default is below it), or pin an SGLang version that guards it", host=inst.host))
+    return out
+
+
 def _check_absolute(c: ClusterSpec) -> list[Problem]:
     """Paths in the model section (and the service venv) must be absolute: a relative one resolves against
     whatever directory a unit, Ansible or the control machine happens to run in."""
@@ -415,9 +450,10 @@ def _applied_facts(c: ClusterSpec, facts: Mapping[str, patches.HardwareFacts]) -
     out: list[dict[str, object]] = []
     for cc, hw in sorted(facts.items()):
         insts = [i for i in c.instances if c.hosts[i.host].compute_capability == cc]
-        entries: list[tuple[str, str, patches.EnvFact | patches.FlagFact]] = [
+        entries: list[tuple[str, str, patches.EnvFact | patches.FlagFact | patches.LimitFact]] = [
             *(("env", f"{f.name}={f.value}", f) for f in hw.env),
-            *(("flag", " ".join(f.args), f) for f in hw.flags)]
+            *(("flag", " ".join(f.args), f) for f in hw.flags),
+            *(("limit", f"{f.flag} <= {f.max}", f) for f in hw.limits)]
         for kind, setting, f in entries:
             units = [f"pdfleet-{i.name}" for i in insts if i.role in f.roles]
             if units:

@@ -51,7 +51,7 @@ def trees() -> dict[str, hwprobe.SourceTree]:
 def _doctored(tree: hwprobe.SourceTree, tmp_path: Path) -> Path:
     """A directory copy of the files the probes read, for editing."""
     root = tmp_path / "src"
-    rels = [hwprobe.ENVIRON, hwprobe.DSV4_BACKEND, "sglang/srt/server_args.py",
+    rels = [hwprobe.ENVIRON, hwprobe.DSV4_BACKEND, hwprobe.DSV4_METADATA, "sglang/srt/server_args.py",
             *tree.find("*.py", "sglang/srt/arg_groups"), *tree.find("flash_mla_sm120.py")]
     for rel in rels:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -98,7 +98,8 @@ def test_adding_the_guard_to_the_old_pin_fails_its_manifest(trees: dict[str, hwp
     _edit(root, hwprobe.DSV4_BACKEND, "if forward_batch.forward_mode.is_extend_without_speculative() and (",
           "if not _is_sm120 and forward_batch.forward_mode.is_extend_without_speculative() and (")
     problems = hwprobe.check_hardware(patches.load_manifest(OLD), hwprobe.SourceTree(root), _flashinfer)
-    assert len(problems) == 1 and "SGLANG_OPT_FLASHMLA_SPARSE_PREFILL=0 is no longer needed" in problems[0]
+    assert len(problems) == 2 and "SGLANG_OPT_FLASHMLA_SPARSE_PREFILL=0 is no longer needed" in problems[0]
+    assert "the limit --chunked-prefill-size <= 11673 is no longer needed" in problems[1]
 
 
 def test_removing_the_guard_from_the_new_pin_fails_its_manifest(trees: dict[str, hwprobe.SourceTree],
@@ -106,8 +107,17 @@ def test_removing_the_guard_from_the_new_pin_fails_its_manifest(trees: dict[str,
     root = _doctored(trees[NEW], tmp_path)
     _edit(root, hwprobe.DSV4_BACKEND, "and not get_platform().is_sm120\n", "\n")
     problems = hwprobe.check_hardware(patches.load_manifest(NEW), hwprobe.SourceTree(root), _flashinfer)
-    assert len(problems) == 1 and "SGLANG_OPT_FLASHMLA_SPARSE_PREFILL=0 is needed" in problems[0]
+    assert len(problems) == 2 and "SGLANG_OPT_FLASHMLA_SPARSE_PREFILL=0 is needed" in problems[0]
     assert "not listed" in problems[0]
+    assert "a limit --chunked-prefill-size <= 11673 is needed" in problems[1]
+
+
+def test_a_changed_threshold_fails_the_old_manifest(trees: dict[str, hwprobe.SourceTree], tmp_path: Path) -> None:
+    root = _doctored(trees[OLD], tmp_path)
+    _edit(root, hwprobe.DSV4_METADATA, "THRESHOLD = 11673", "THRESHOLD = 4096")
+    problems = hwprobe.check_hardware(patches.load_manifest(OLD), hwprobe.SourceTree(root), _flashinfer)
+    assert problems == [f'SGLang {OLD} manifest.yml hardware."12.0": the limit says --chunked-prefill-size <= 11673 '
+                        f"from {hwprobe.DSV4_BACKEND}, the source says <= 4096 from {hwprobe.DSV4_BACKEND}"]
 
 
 def test_a_flipped_default_or_a_new_flashinfer_pin_fails_the_old_manifest(trees: dict[str, hwprobe.SourceTree],
@@ -157,11 +167,14 @@ def test_a_pin_without_a_section_or_with_an_unprobed_fact_fails(trees: dict[str,
     ("    env:\n      - {name: X_Y, value: '1', roles: [router], file: f, condition: c}", "roles must be"),
     ("    env:\n      - {name: X_Y, value: '1', roles: [decode], file: f}", "condition must be"),
     ("    env: {}", "needs lists env and flags"),
+    ("    env: []\n    limits:\n      - {flag: chunked, max: 1, roles: [prefill], file: f, condition: c}\n    x: []",
+     "needs flag"),
 ])
 def test_a_malformed_section_is_refused(tmp_path: Path, bad: str, message: str) -> None:
     folder = tmp_path / "patches" / NEW
     shutil.copytree(patches.default_patches_dir() / NEW, folder)
     manifest = folder / patches.MANIFEST_FILE
-    manifest.write_text(manifest.read_text().replace("    env: []", bad))
+    text = manifest.read_text().replace("    env: []", bad)
+    manifest.write_text(text.replace("    x: []\n    flags: []\n    limits: []\n", "    flags: []\n"))
     with pytest.raises(patches.PatchError, match=message):
         patches.load_manifest(NEW, folder.parent)

@@ -23,6 +23,9 @@ from pdfleet.patch.manifest import PatchManifest
 SM120 = "12.0"
 ENVIRON = "sglang/srt/environ.py"
 DSV4_BACKEND = "sglang/srt/layers/attention/deepseek_v4_backend.py"
+DSV4_METADATA = "sglang/srt/layers/attention/dsv4/metadata.py"
+THRESHOLD = "_LARGE_INDEXER_QUERY_THRESHOLD"
+CHUNKED_PREFILL = "--chunked-prefill-size"
 SPARSE_PREFILL = "SGLANG_OPT_FLASHMLA_SPARSE_PREFILL"
 DECODE_BACKEND = "SGLANG_SM120_FLASHMLA_BACKEND"
 FLASHINFER_SM120_MODULE = "flashinfer.mla._sparse_mla_sm120"
@@ -190,6 +193,41 @@ def probe_decode_backend(tree: SourceTree, flashinfer: FlashinferLookup) -> Verd
                    "(the wheel's pin) does not ship; 'triton' is flash_mla_sm120_triton.py's kernel")
 
 
+@dataclass(frozen=True)
+class LimitVerdict:
+    """What the source says about the largest value a server argument may take on SM120."""
+
+    flag: str
+    needed: bool
+    max: int | None
+    file: str
+    evidence: str
+
+
+def probe_chunked_prefill_limit(tree: SourceTree, _flashinfer: FlashinferLookup) -> LimitVerdict:
+    """A sparse-prefill condition that also fires on batch size (`q.shape[0] > THRESHOLD`) without an SM120 guard
+    takes the kernel SM120 lacks whatever the env says; --chunked-prefill-size bounds an extend batch."""
+    sized = [c for c in _conditions_reading(_parse(tree, DSV4_BACKEND), SPARSE_PREFILL) if THRESHOLD in ast.unparse(c)]
+    if not sized:
+        raise ProbeError(f"{DSV4_BACKEND}: no sparse-prefill condition compares the batch with {THRESHOLD} any more")
+    unguarded = [c for c in sized if not _has_not_sm120(c)]
+    if not unguarded:
+        return LimitVerdict(CHUNKED_PREFILL, False, None, DSV4_BACKEND,
+                            f"the size condition has an SM120 guard: {ast.unparse(sized[0])}")
+    for node in ast.walk(_parse(tree, DSV4_METADATA)):
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == THRESHOLD for t in node.targets)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int)):
+            return LimitVerdict(CHUNKED_PREFILL, True, node.value.value, DSV4_BACKEND,
+                                f"`{ast.unparse(unguarded[0])}` has no SM120 guard; {THRESHOLD} = "
+                                f"{node.value.value} in {DSV4_METADATA}")
+    raise ProbeError(f"{DSV4_METADATA} no longer assigns {THRESHOLD} an integer")
+
+
+LIMIT_PROBES: dict[str, Callable[[SourceTree, FlashinferLookup], LimitVerdict]] = {
+    CHUNKED_PREFILL: probe_chunked_prefill_limit,
+}
+
+
 # Every environment variable a manifest may set on SM120, and the probe that decides it.
 PROBES: dict[str, Callable[[SourceTree, FlashinferLookup], Verdict]] = {
     SPARSE_PREFILL: probe_sparse_prefill,
@@ -226,4 +264,17 @@ def check_hardware(manifest: PatchManifest, tree: SourceTree, flashinfer: Flashi
         elif fact is not None and (fact.value != verdict.value or fact.file != verdict.file):
             problems.append(f"{where}: {name} says {fact.value!r} from {fact.file}, the source says "
                             f"{verdict.value!r} from {verdict.file}")
+    limits = {lim.flag: lim for lim in manifest.hardware[SM120].limits}
+    problems += [f"{where}: the limit on {flag} has no probe in pdfleet.patch.hwprobe.LIMIT_PROBES"
+                 for flag in limits if flag not in LIMIT_PROBES]
+    for flag, limit_probe in LIMIT_PROBES.items():
+        lv = limit_probe(tree, flashinfer)
+        lim = limits.get(flag)
+        if lv.needed and lim is None:
+            problems.append(f"{where}: a limit {flag} <= {lv.max} is needed ({lv.file}: {lv.evidence}) but not listed")
+        elif not lv.needed and lim is not None:
+            problems.append(f"{where}: the limit {flag} <= {lim.max} is no longer needed ({lv.evidence}); remove it")
+        elif lim is not None and (lim.max != lv.max or lim.file != lv.file):
+            problems.append(f"{where}: the limit says {flag} <= {lim.max} from {lim.file}, the source says "
+                            f"<= {lv.max} from {lv.file}")
     return problems

@@ -73,6 +73,17 @@ class FlagFact:
 
 
 @dataclass(frozen=True)
+class LimitFact:
+    """The largest value a server argument may take on a GPU family (the planner refuses more, and -1)."""
+
+    flag: str
+    max: int
+    roles: tuple[str, ...]
+    file: str
+    condition: str
+
+
+@dataclass(frozen=True)
 class HardwareFacts:
     """What a pin needs on the GPUs of one compute capability (the manifest's ``hardware.<cc>``)."""
 
@@ -80,6 +91,7 @@ class HardwareFacts:
     env: tuple[EnvFact, ...]
     flags: tuple[FlagFact, ...]
     findings: tuple[str, ...]  # what was checked and needs nothing, with its file
+    limits: tuple[LimitFact, ...] = ()
 
     def env_for(self, role: str) -> dict[str, str]:
         return {f.name: f.value for f in self.env if role in f.roles}
@@ -191,7 +203,7 @@ def _load_hardware(path: Path, raw: object) -> dict[str, HardwareFacts] | None:
         where = f"{path}: hardware.{cc}"
         if not re.fullmatch(r"\d+\.\d+", str(cc)) or not isinstance(section, dict):
             raise PatchError(f"{where}: key must be a quoted compute capability such as \"12.0\" with a mapping")
-        unknown = sorted(set(section) - {"env", "flags", "findings"})
+        unknown = sorted(set(section) - {"env", "flags", "limits", "findings"})
         missing = [k for k in ("env", "flags") if not isinstance(section.get(k), list)]
         if unknown or missing:
             raise PatchError(f"{where}: needs lists env and flags (empty when none; say why in findings); "
@@ -214,8 +226,17 @@ def _load_hardware(path: Path, raw: object) -> dict[str, HardwareFacts] | None:
                 raise PatchError(f"{w}: needs args (a list starting with a --flag), roles, file, condition")
             flags.append(FlagFact(args=tuple(str(a) for a in args), roles=_roles(w, f.get("roles")),
                                   file=_text(w, f, "file"), condition=_text(w, f, "condition")))
+        limits: list[LimitFact] = []
+        for i, lim in enumerate(section.get("limits") or []):
+            w = f"{where}.limits[{i}]"
+            if (not isinstance(lim, dict) or not str(lim.get("flag", "")).startswith("--")
+                    or not isinstance(lim.get("max"), int)):
+                raise PatchError(f"{w}: needs flag (a --flag), max (an integer), roles, file, condition")
+            limits.append(LimitFact(flag=str(lim["flag"]), max=int(lim["max"]), roles=_roles(w, lim.get("roles")),
+                                    file=_text(w, lim, "file"), condition=_text(w, lim, "condition")))
         out[str(cc)] = HardwareFacts(compute_capability=str(cc), env=tuple(env), flags=tuple(flags),
-                                     findings=tuple(str(x).strip() for x in section.get("findings") or ()))
+                                     findings=tuple(str(x).strip() for x in section.get("findings") or ()),
+                                     limits=tuple(limits))
     return out
 
 

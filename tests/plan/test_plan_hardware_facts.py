@@ -13,6 +13,7 @@ import pytest
 import yaml
 from conftest import EXAMPLES
 from pdfleet import planner
+from pdfleet.errors import PlanError
 from pdfleet.patch import manifest as patches
 from pdfleet.plandoc import plan_document
 from pdfleet.render import render_plan
@@ -24,13 +25,16 @@ SPARSE, BACKEND = "SGLANG_OPT_FLASHMLA_SPARSE_PREFILL", "SGLANG_SM120_FLASHMLA_B
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _plan(version: str = "0.5.15.post1", **sections: dict) -> planner.Plan:
+def _plan(version: str = "0.5.15.post1", **sections: dict | list) -> planner.Plan:
     raw = copy.deepcopy(BASE)
     raw["sglang"] |= {"version": version, "patch": PATCHES[version]}
     for name, values in sections.items():
+        if isinstance(values, list):
+            raw[name] = values
+            continue
         target = raw.setdefault(name, {})
         for key, value in values.items():
-            target[key] = value | target.get(key, {}) if isinstance(value, dict) else value
+            target[key] = target.get(key, {}) | value if isinstance(value, dict) else value
     return planner.build_plan(raw, HOSTS, PATCHES)
 
 
@@ -48,7 +52,7 @@ def test_the_old_pin_sets_both_facts_on_the_right_roles() -> None:
 def test_the_plan_document_carries_each_fact_with_its_source() -> None:
     doc = plan_document(_plan())
     facts = {f["setting"]: f for f in doc["hardware_facts"]}
-    assert set(facts) == {f"{SPARSE}=0", f"{BACKEND}=triton"}
+    assert set(facts) == {f"{SPARSE}=0", f"{BACKEND}=triton", "--chunked-prefill-size <= 11673"}
     sparse = facts[f"{SPARSE}=0"]
     assert sparse["units"] == ["pdfleet-prefill0"] and sparse["compute_capability"] == "12.0"
     assert sparse["file"] == "sglang/srt/layers/attention/deepseek_v4_backend.py"
@@ -122,3 +126,22 @@ def test_pdfleet_plan_shows_the_facts_and_drops_them_for_the_guarded_pin(tmp_pat
     new = show(inv)
     assert SPARSE not in new and BACKEND not in new
     assert "compute capability 12.0: none needed" in new
+
+
+def test_a_chunked_prefill_above_the_limit_is_refused_on_the_old_pin_only() -> None:
+    def prefill_args(*args: str) -> dict:
+        return {"instances": [dict(BASE["instances"][0], extra_args=list(args)), BASE["instances"][1]]}
+
+    for args in (["--chunked-prefill-size", "16384"], ["--chunked-prefill-size=-1"]):
+        with pytest.raises(PlanError) as err:
+            _plan(**prefill_args(*args))
+        text = str(err.value)
+        assert "pdfleet_cluster.instances[0].extra_args: --chunked-prefill-size" in text and "prefill0" in text
+        assert "between 1 and 11673" in text and "deepseek_v4_backend.py" in text
+        _plan("0.5.23", **prefill_args(*args))  # the guarded pin takes it
+    assert _plan(**prefill_args("--chunked-prefill-size", "11673")).hardware_facts
+    raw = copy.deepcopy(BASE)
+    raw["model"]["server_args"] = [*raw["model"]["server_args"], "--chunked-prefill-size", "16384"]
+    with pytest.raises(PlanError, match=r"pdfleet_cluster\.model\.server_args: --chunked-prefill-size 16384 on "
+                       "prefill0"):
+        planner.build_plan(raw, HOSTS, PATCHES)
