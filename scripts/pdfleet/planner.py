@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pdfleet.clusterspec import ClusterSpec, InstanceSpec, parse_cluster
 from pdfleet.errors import PlanError, Problem
 from pdfleet.patch import manifest as patches
+from pdfleet.paths import PATCH_DIR, REPO_ROOT
 from pdfleet.versions import CUDA_DRIVER_FLOORS, CUDA_FLOOR, SUPPORTED_LOG_LEVELS, UCX_TLS_ALIASES, version_tuple
 
 PD_PROFILES = ("pd-4p4d", "pd-multinode")
@@ -448,6 +449,7 @@ def hardware_facts(version: str) -> dict[str, patches.HardwareFacts]:
 def _applied_facts(c: ClusterSpec, facts: Mapping[str, patches.HardwareFacts]) -> list[dict[str, object]]:
     """Each fact that reaches at least one worker unit, with the units, the wheel file and the condition."""
     out: list[dict[str, object]] = []
+    manifest = str((PATCH_DIR / c.sglang.version / patches.MANIFEST_FILE).relative_to(REPO_ROOT))
     for cc, hw in sorted(facts.items()):
         insts = [i for i in c.instances if c.hosts[i.host].compute_capability == cc]
         entries: list[tuple[str, str, patches.EnvFact | patches.FlagFact | patches.LimitFact]] = [
@@ -459,7 +461,7 @@ def _applied_facts(c: ClusterSpec, facts: Mapping[str, patches.HardwareFacts]) -
             if units:
                 out.append({"compute_capability": cc, "kind": kind, "setting": setting, "roles": list(f.roles),
                             "units": units, "file": f.file, "condition": f.condition,
-                            "manifest": f"ansible/roles/sglang/files/patches/{c.sglang.version}/manifest.yml"})
+                            "manifest": manifest})
     return out
 
 
