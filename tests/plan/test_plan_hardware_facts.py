@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import EXAMPLES
 from pdfleet import planner
 from pdfleet.errors import PlanError
 from pdfleet.patch import manifest as patches
 from pdfleet.plandoc import plan_document
 from pdfleet.render import render_plan
+from plan_support import EXAMPLES
 
 BASE = yaml.safe_load((EXAMPLES / "pd-4p4d" / "group_vars" / "all" / "cluster.yml").read_text())["pdfleet_cluster"]
 HOSTS = {"gpu01": "192.0.2.10"}
