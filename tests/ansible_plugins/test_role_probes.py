@@ -151,25 +151,32 @@ def test_units_probe_names_a_unit_started_before_its_paths_last_changed(tmp_path
 
 
 def test_the_driver_probe_reads_the_os_and_picks_its_distributions_packages(tmp_path: Path) -> None:
-    """The driver's look reads the OS facts itself and asks dpkg only about this distribution's packages (else the
-    OS family's) and the running kernel's headers; a distribution the role has no entry for is reported."""
+    """The driver's look reads the OS facts itself and asks dpkg only about this distribution's packages (its entry
+    by name, its release by version or major version) and the running kernel's headers; a distribution or a release
+    the role has no entry for is reported as unsupported."""
     import os
 
     cfg = _settings(tmp_path)["nvidia_driver"]
     here = _probe("nvidia_driver", cfg | {"by_distribution": {}})
     facts = here["os"]
     assert facts["kernel"] == os.uname().release and facts["distribution"] and facts["os_family"] == "Debian"
-    assert (here["supported"], here["packages"], here["entry"]) == (False, {}, "")
+    assert (here["supported"], here["packages"], here["entry"], here["repo_distro"]) == (False, {}, "", "")
     assert here["dist"] == {"packages": [], "package_revision": "", "hold_regex": "", "pin_globs": [],
-                            "prerequisites": []}
+                            "prerequisites": [], "releases": {}}
     # this machine's dpkg has python3 and coreutils installed, not the stand-in names
-    entry = {"packages": ["coreutils", "pdfleet-no-such-package"], "prerequisites": ["python3"], "hold_regex": ""}
-    for key in (facts["distribution"], facts["os_family"]):
-        found = _probe("nvidia_driver", cfg | {"by_distribution": {key: entry, "NoSuchOS": {"packages": ["bash"]}}})
-        assert (found["supported"], found["entry"]) == (True, key)
-        assert found["dist"]["packages"] == entry["packages"] and found["dist"]["pin_globs"] == []
-        assert {"coreutils", "python3"} <= set(found["packages"]) and "bash" not in found["packages"], found
-        assert "pdfleet-no-such-package" not in found["packages"]
+    entry = {"packages": ["coreutils", "pdfleet-no-such-package"], "prerequisites": ["python3"], "hold_regex": "",
+             "releases": {facts["distribution_major_version"]: "here-path"}}
+    found = _probe("nvidia_driver", cfg | {"by_distribution": {facts["distribution"]: entry,
+                                                               "NoSuchOS": {"packages": ["bash"]}}})
+    assert (found["supported"], found["entry"], found["repo_distro"]) == (True, facts["distribution"], "here-path")
+    assert found["release"] == facts["distribution_major_version"]
+    assert found["dist"]["packages"] == entry["packages"] and found["dist"]["pin_globs"] == []
+    assert {"coreutils", "python3"} <= set(found["packages"]) and "bash" not in found["packages"], found
+    assert "pdfleet-no-such-package" not in found["packages"]
+    # the same distribution at a release it has no entry for: unsupported, nothing asked of dpkg
+    elsewhere = {facts["distribution"]: entry | {"releases": {"0": "x"}}}
+    other = _probe("nvidia_driver", cfg | {"by_distribution": elsewhere})
+    assert (other["supported"], other["entry"], other["packages"]) == (False, "", {})
 
 
 def test_the_driver_probe_reads_the_module_version_and_licence_from_one_modinfo(tmp_path: Path) -> None:

@@ -23,13 +23,35 @@ def test_every_stand_in_is_marked() -> None:
         assert pkg.control().splitlines()[-3].startswith(f"Description: {aptrepo.STANDIN}:"), pkg.name
 
 
-def test_the_role_installs_what_the_repository_offers() -> None:
+def _role_distributions() -> dict:
     import yaml
 
-    debian = yaml.safe_load(ROLE_VARS.read_text())["__nvidia_driver_distributions"]["Debian"]
-    wanted = debian["packages"] + [p for p in debian["prerequisites"] if p.startswith("nvidia")]
-    offered = {p.name for p in aptrepo.packages("6.1.0-test") if p.version == f"{aptrepo.DRIVER_VERSIONS[0]}-1"}
-    assert set(wanted) <= offered
+    return yaml.safe_load(ROLE_VARS.read_text())["__nvidia_driver_distributions"]
+
+
+def test_the_repository_serves_every_release_the_role_supports() -> None:
+    paths = {path for entry in _role_distributions().values() for path in entry["releases"].values()}
+    assert paths == {"debian12", "ubuntu2204", "ubuntu2404"} == set(aptrepo.DISTRO_REVISIONS)
+
+
+@pytest.mark.parametrize(("name", "path"), [(name, path) for name, entry in _role_distributions().items()
+                                            for path in entry["releases"].values()])
+def test_the_role_installs_what_the_repository_offers(name: str, path: str) -> None:
+    """The role's package names for the distribution (its branch put in), at the pin and its revision, are what the
+    stand-in repository of that distribution's path offers; the other distribution's names are not there."""
+    entries = _role_distributions()
+    branch = aptrepo.DRIVER_VERSIONS[0].split(".")[0]
+    pinned = aptrepo.DRIVER_VERSIONS[0] + entries[name]["package_revision"]
+    assert aptrepo.DISTRO_REVISIONS[path] == entries[name]["package_revision"]
+
+    def names(entry: dict) -> set[str]:
+        return {p.replace("{{ nvidia_driver_branch }}", branch) for p in entry["packages"]}
+
+    offered = {p.name for p in aptrepo.packages("6.1.0-test", path) if p.version == pinned}
+    assert names(entries[name]) <= offered
+    for other, entry in entries.items():
+        if other != name:
+            assert not (names(entry) - names(entries[name])) & offered, other
 
 
 @pytest.mark.skipif(subprocess.run(["which", "dpkg-deb"], capture_output=True).returncode != 0, reason="no dpkg-deb")
@@ -42,6 +64,14 @@ def test_repository_is_signed_and_indexed(tmp_path: Path) -> None:
     assert (repo / "InRelease").read_text().startswith("-----BEGIN PGP SIGNED MESSAGE-----")
     assert "BEGIN PGP PUBLIC KEY BLOCK" in (repo / aptrepo.KEY_NAME).read_text()
     assert (tmp_path / "www/pip/nixl_cu13-1.5.2-py3-none-any.whl").is_file()
+    for path in ("ubuntu2204", "ubuntu2404"):  # NVIDIA's Ubuntu paths beside it, signed by the same key
+        ubuntu = tmp_path / "www" / path / "x86_64"
+        index = (ubuntu / "Packages").read_text()
+        assert "Package: nvidia-driver-580-open\nVersion: 580.95.05-0ubuntu1" in index
+        assert "Package: nvidia-modprobe\nVersion: 590.48.01-0ubuntu1" in index
+        assert "Package: nvidia-open\n" not in index and "Package: libcuda1\n" not in index
+        assert (ubuntu / "InRelease").read_text().startswith("-----BEGIN PGP SIGNED MESSAGE-----")
+        assert (ubuntu / aptrepo.KEY_NAME).read_text() == (repo / aptrepo.KEY_NAME).read_text()
 
 
 SPEC = HostSpec(gpu_count=8)

@@ -3,9 +3,10 @@
 On simulated hosts the provisioning roles (nvidia_driver, cuda_toolkit, nixl) run for real: they add a
 signed apt source, pin and install exact package versions, hold them, decide about reboots and check the
 GPUs. What they install here are **stand-ins** built by this module with dpkg-deb: packages with the real
-names and versions of NVIDIA's repository (nvidia-open, nvidia-kernel-open-dkms, nvidia-smi,
-nvidia-persistenced, nvidia-modprobe, libnvidia-ml1, libcuda1, cuda-toolkit-13-0, ...) whose programs
-imitate the real ones on top of the simulated hardware:
+names and versions of NVIDIA's repository (Debian 12: nvidia-open, nvidia-kernel-open-dkms, nvidia-smi,
+nvidia-persistenced, nvidia-modprobe, libnvidia-ml1, libcuda1, cuda-toolkit-13-0, ...; Ubuntu 22.04 and 24.04,
+served beside it at NVIDIA's paths: nvidia-driver-580-open, nvidia-dkms-580-open, nvidia-utils-580, ...) whose
+programs imitate the real ones on top of the simulated hardware:
 
 * ``nvidia-smi`` reports the GPUs of ``/etc/pdfleet-sim/hardware.json`` (written by the sim play of
   provision.yml: 8x "NVIDIA RTX PRO 6000 Blackwell Server Edition", 97887 MiB, compute capability 12.0)
@@ -57,7 +58,11 @@ from .hosttypes import DEFAULT_CACHE_DIR, SimError
 
 STANDIN = "pdfleet sim stand-in"
 BANNER = f"[{STANDIN}: simulated hardware, not NVIDIA software]"
-DISTRO_PATH = "debian12/x86_64"  # the layout of NVIDIA's repository: <distro>/<arch>/, a flat repository
+ARCH_DIR = "x86_64"
+# The layout of NVIDIA's repository: <distro>/<arch>/, a flat repository per distribution release, each with that
+# distribution's package names and revisions (the nvidia_driver role's vars name the same paths and packages).
+DISTRO_REVISIONS: dict[str, str] = {"debian12": "-1", "ubuntu2204": "-0ubuntu1", "ubuntu2404": "-0ubuntu1"}
+DISTRO_PATH = f"debian12/{ARCH_DIR}"  # the sim inventories' hosts report Debian 12 unless pdfleet_sim_os says else
 KEY_NAME = "pdfleet-sim-archive-key.asc"
 PIP_DIR = "pip"
 HARDWARE_DIR = "sim-hardware"
@@ -72,7 +77,7 @@ NEWER_BRANCH_MODPROBE = "590.48.01"
 CUDA_TOOLKITS: dict[str, str] = {"13.0": "13.0.2", "12.8": "12.8.1"}
 UCX_VERSION = "1.19.0"
 NIXL_VERSIONS: tuple[str, ...] = ("1.5.2",)
-DEBIAN_REVISION = "-1"  # NVIDIA's Debian 12 packages are versioned <upstream>-1
+DEBIAN_REVISION = "-1"  # NVIDIA's Debian 12 packages (and its CUDA toolkits everywhere) are versioned <upstream>-1
 MODULE_LICENSE = "Dual MIT/GPL"  # what `modinfo nvidia` shows for the open kernel module
 
 # The GPU the simulated hosts carry (the sim play writes it to /etc/pdfleet-sim/hardware.json).
@@ -335,9 +340,39 @@ def _driver_packages(version: str) -> list[Package]:
     ]
 
 
-def _modprobe(version: str) -> Package:
-    return Package("nvidia-modprobe", version + DEBIAN_REVISION, f"NVIDIA device-file helper, {version}",
+def _modprobe(version: str, revision: str = DEBIAN_REVISION) -> Package:
+    return Package("nvidia-modprobe", version + revision, f"NVIDIA device-file helper, {version}",
                    files={"usr/lib/pdfleet-sim/nvidia/nvidia-modprobe.version": (version + "\n", 0o644)})
+
+
+def _ubuntu_driver_packages(version: str, revision: str) -> list[Package]:
+    """NVIDIA's Ubuntu packages of a driver (up to branch 580 the branch is in the names), with the same stand-in
+    programs as the Debian ones, where Ubuntu's packages put them: nvidia-smi in nvidia-utils-<branch>, the
+    kernel module in nvidia-dkms-<branch>-open, NVML and libcuda in libnvidia-compute-<branch>."""
+    v = version + revision
+    b = version.split(".")[0]
+    same = f"(= {v})"
+    debian = {p.name: p for p in _driver_packages(version)}
+    dkms, smi, daemon = debian["nvidia-kernel-open-dkms"], debian["nvidia-smi"], debian["nvidia-persistenced"]
+    return [
+        Package(f"nvidia-driver-{b}-open", v, f"NVIDIA driver metapackage (open kernel module), {version}",
+                [f"nvidia-dkms-{b}-open {same}", f"nvidia-kernel-common-{b} {same}", f"nvidia-utils-{b} {same}",
+                 f"nvidia-compute-utils-{b} {same}", f"libnvidia-compute-{b} {same}"]),
+        Package(f"nvidia-dkms-{b}-open", v, f"NVIDIA open kernel module (DKMS), {version}",
+                [f"nvidia-kernel-common-{b} {same}"], files=dkms.files, postinst=dkms.postinst),
+        Package(f"nvidia-kernel-common-{b}", v, f"NVIDIA kernel module support files, {version}",
+                files={"usr/lib/pdfleet-sim/nvidia/kernel-common.version": (version + "\n", 0o644)}),
+        Package(f"nvidia-utils-{b}", v, f"NVIDIA driver support binaries (nvidia-smi), {version}",
+                [f"libnvidia-compute-{b} {same}"], files=smi.files),
+        Package(f"libnvidia-compute-{b}", v, f"NVIDIA libcompute package (NVML, libcuda), {version}",
+                files={"usr/lib/pdfleet-sim/nvidia/libnvidia-ml.version": (version + "\n", 0o644),
+                       "usr/lib/pdfleet-sim/nvidia/libcuda.version": (version + "\n", 0o644)}),
+        Package(f"nvidia-compute-utils-{b}", v, f"NVIDIA compute utilities, {version}",
+                [f"nvidia-persistenced {same}", f"libnvidia-compute-{b} {same}"],
+                files={"usr/lib/pdfleet-sim/nvidia/compute-utils.version": (version + "\n", 0o644)}),
+        Package("nvidia-persistenced", v, f"NVIDIA persistence daemon, {version}", files=daemon.files),
+        _modprobe(version, revision),
+    ]
 
 
 def _cuda_packages(minor: str, full: str) -> list[Package]:
@@ -367,12 +402,13 @@ def _headers_package(kernel: str) -> Package:
                             f"ln -sfn /usr/src/linux-headers-{kernel} /lib/modules/{kernel}/build\n")
 
 
-def packages(kernel: str | None = None) -> list[Package]:
-    """Every stand-in package of the repository."""
+def packages(kernel: str | None = None, distro: str = "debian12") -> list[Package]:
+    """Every stand-in package of one distribution's repository (DISTRO_REVISIONS)."""
+    revision = DISTRO_REVISIONS[distro]
     out: list[Package] = []
     for v in DRIVER_VERSIONS:
-        out += _driver_packages(v)
-    out.append(_modprobe(NEWER_BRANCH_MODPROBE))
+        out += _ubuntu_driver_packages(v, revision) if distro.startswith("ubuntu") else _driver_packages(v)
+    out.append(_modprobe(NEWER_BRANCH_MODPROBE, revision))
     for minor, full in CUDA_TOOLKITS.items():
         out += _cuda_packages(minor, full)
     out += _ucx_packages()
@@ -430,16 +466,19 @@ def _gpg(home: Path, *args: str, input_text: str | None = None) -> str:
                           capture_output=True, text=True, input=input_text).stdout
 
 
-def _sign(repo: Path, key_out: Path) -> None:
-    """Sign Release with a throwaway key made for this build; publish only the public half."""
+def _sign(repos: Sequence[Path]) -> None:
+    """Sign each repository's Release with one throwaway key made for this build; publish only the public half
+    (beside each repository's packages, where NVIDIA's repositories keep their key)."""
     home = Path(tempfile.mkdtemp(prefix="pdfleet-gpg-"))
     home.chmod(0o700)
     try:
         _gpg(home, "--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key",
              f"pdfleet sim apt repository ({STANDIN}, not NVIDIA) <sim@pdfleet.invalid>", "ed25519", "sign", "never")
-        key_out.write_text(_gpg(home, "--armor", "--export"))
-        _gpg(home, "--clearsign", "-o", str(repo / "InRelease"), str(repo / "Release"))
-        _gpg(home, "-abs", "-o", str(repo / "Release.gpg"), str(repo / "Release"))
+        public = _gpg(home, "--armor", "--export")
+        for repo in repos:
+            (repo / KEY_NAME).write_text(public)
+            _gpg(home, "--clearsign", "-o", str(repo / "InRelease"), str(repo / "Release"))
+            _gpg(home, "-abs", "-o", str(repo / "Release.gpg"), str(repo / "Release"))
     finally:
         subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"], check=False, capture_output=True)
         shutil.rmtree(home, ignore_errors=True)
@@ -508,15 +547,19 @@ def repo_dir(cache_dir: Path) -> Path:
 
 
 def build(www: Path, kernel: str | None = None) -> Path:
-    """Build the whole served tree under `www`: <distro>/<arch>/ (debs, indexes, key), pip/, sim-hardware/."""
-    repo = www / DISTRO_PATH
-    repo.mkdir(parents=True, exist_ok=True)
-    debs = [build_deb(p, repo) for p in packages(kernel)]
-    (repo / "Packages").write_text(_packages_index(debs, repo))
-    with gzip.GzipFile(repo / "Packages.gz", "wb", mtime=0) as gz:
-        gz.write((repo / "Packages").read_bytes())
-    (repo / "Release").write_text(_release(repo, ["Packages", "Packages.gz"]))
-    _sign(repo, repo / KEY_NAME)
+    """Build the whole served tree under `www`: <distro>/<arch>/ for each of DISTRO_REVISIONS (debs, indexes,
+    key), pip/, sim-hardware/."""
+    repos = []
+    for distro in DISTRO_REVISIONS:
+        repo = www / distro / ARCH_DIR
+        repo.mkdir(parents=True, exist_ok=True)
+        debs = [build_deb(p, repo) for p in packages(kernel, distro)]
+        (repo / "Packages").write_text(_packages_index(debs, repo))
+        with gzip.GzipFile(repo / "Packages.gz", "wb", mtime=0) as gz:
+            gz.write((repo / "Packages").read_bytes())
+        (repo / "Release").write_text(_release(repo, ["Packages", "Packages.gz"]))
+        repos.append(repo)
+    _sign(repos)
     pip_dir = www / PIP_DIR
     pip_dir.mkdir(exist_ok=True)
     for v in NIXL_VERSIONS:
@@ -531,7 +574,7 @@ def build(www: Path, kernel: str | None = None) -> Path:
 def ensure_built(cache_dir: Path = DEFAULT_CACHE_DIR) -> Path:
     """The cached, served tree of this recipe, built first when missing (a few seconds)."""
     final = repo_dir(cache_dir)
-    if (final / "www" / DISTRO_PATH / "InRelease").is_file():
+    if all((final / "www" / distro / ARCH_DIR / "InRelease").is_file() for distro in DISTRO_REVISIONS):
         return final / "www"
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = cache_dir / f".tmp-{final.name}-{os.getpid()}"
@@ -556,7 +599,7 @@ def ensure_built(cache_dir: Path = DEFAULT_CACHE_DIR) -> Path:
 
 @dataclass(frozen=True)
 class Served:
-    url: str  # the apt repository (NVIDIA's layout: .../debian12/x86_64)
+    url: str  # the apt repository (NVIDIA's layout: .../debian12/x86_64; .../ubuntu2204/x86_64 beside it, ...)
     key_url: str
     pip_url: str
     hardware_url: str

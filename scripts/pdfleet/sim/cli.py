@@ -1,7 +1,8 @@
 """`pdfleet sim up|down|status`: a thin layer over `pdfleet.sim`.
 
-With `-i INVENTORY` the hosts (`ansible_host`) and the `pdfleet_sim` variable (bridge, cidr, gateway,
-state_dir, with_runtime) come from the inventory; without it, from the flags.
+With `-i INVENTORY` the hosts (`ansible_host`, and `pdfleet_sim_os`: the distribution a host reports, see
+pdfleet.sim.distro) and the `pdfleet_sim` variable (bridge, cidr, gateway, state_dir, with_runtime) come from the
+inventory; without it, from the flags.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from . import hosts
-from .hosttypes import DEFAULT_CACHE_DIR, DEFAULT_STATE_DIR, SimError, SimHost, SimNetwork
+from .hosttypes import DEFAULT_CACHE_DIR, DEFAULT_OS, DEFAULT_STATE_DIR, SimError, SimHost, SimNetwork
 
 DEFAULT_BRIDGE = "pdfleet0"
 DEFAULT_CIDR = "10.77.0.0/24"
@@ -42,7 +43,9 @@ def _inventory_sim(path: Path) -> tuple[list[SimHost], dict[str, object]]:
     if not isinstance(sim, dict):
         raise SimError(f"{path}: no `pdfleet_sim` variable (bridge, cidr, gateway, state_dir): not a sim inventory")
     _check_connection_paths(path, sim, {h: inv.var(h, "ansible_ssh_common_args") for h in inv.hosts})
-    return [SimHost(name, address) for name, address in inv.hosts.items()], sim
+    # pdfleet_sim_os: the distribution a host reports (pdfleet.sim.distro); default the image's, Debian 12
+    return [SimHost(name, address, str(inv.var(name, "pdfleet_sim_os", DEFAULT_OS)))
+            for name, address in inv.hosts.items()], sim
 
 
 def _check_connection_paths(path: Path, sim: dict[str, object], common_args: dict[str, object]) -> None:

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
-from . import aptrepo, image
+from . import aptrepo, distro, image
 from . import network as simnet
 from .hosttypes import (
     DEFAULT_CACHE_DIR,
@@ -256,6 +256,7 @@ def _start_host(
     run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={golden},upperdir={upper},workdir={work}", str(root)])
     pubkey = (state_dir / f"{KEY_NAME}.pub").read_text()
     _write_host_files(root, host, hosts, network, pubkey, first_boot)
+    distro.apply(root, golden, host.os, hdir / "os")
     (hdir / "host.json").write_text(
         json.dumps(
             {
@@ -349,6 +350,8 @@ def up(
     names = [h.name for h in hosts]
     for name in names:
         validate_host_name(name)
+    for host in hosts:
+        distro.validate_os(host.name, host.os)
     if len(set(names)) != len(names):
         raise SimError(f"sim host names repeat: {names}")
     simnet.validate(network, hosts)
@@ -392,6 +395,9 @@ def up(
                 wanted = {"golden": str(golden), "runtime": str(runtime) if runtime else None}
                 if any(info.get(k) != v for k, v in wanted.items()):
                     progress(f"{host.name}: runs another image or runtime; `pdfleet sim down` to renew it")
+                if distro.apply(_host_dir(state_dir, host.name) / "root", golden, host.os,
+                                _host_dir(state_dir, host.name) / "os"):
+                    progress(f"{host.name}: reports {host.os} now")
                 continue
             progress(f"{host.name}: starting at {host.address}")
             _start_host(state_dir, host, all_hosts, network, golden, runtime)

@@ -11,6 +11,7 @@ from pdfleet.errors import PdfleetError
 
 DEFAULT_STATE_DIR = Path("/var/lib/pdfleet-sim")
 DEFAULT_CACHE_DIR = Path("/var/cache/pdfleet-sim")
+DEFAULT_OS = "debian-12"  # what the golden image is; a host may report another (pdfleet.sim.distro)
 
 Progress = Callable[[str], None]
 
@@ -23,10 +24,12 @@ class SimError(PdfleetError):
 
 @dataclass(frozen=True)
 class SimHost:
-    """One simulated host: its inventory name and its static address on the sim bridge."""
+    """One simulated host: its inventory name, its static address on the sim bridge and the distribution it
+    reports (pdfleet.sim.distro; underneath every host is the Debian 12 image)."""
 
     name: str
     address: str
+    os: str = DEFAULT_OS
 
 
 @dataclass(frozen=True)

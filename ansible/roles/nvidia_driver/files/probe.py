@@ -2,7 +2,7 @@
 
 In one round trip: the OS facts the role reads (distribution, version, OS family, running kernel), the Secure Boot
 state, the machine id, the installed packages the role names for this distribution (settings: by_distribution, by
-distribution and else OS family: prerequisites and packages, plus the running kernel's headers) or its hold
+distribution name and release: prerequisites and packages, plus the running kernel's headers) or its hold
 pattern covers, with their selection, and those of the pattern not held (one dpkg-query), the state of the files
 the role writes (sha256, mode, owner), the repository's signing key as served now, the installed and the loaded kernel
 module, the signs of a pending reboot, nvidia-persistenced's state and nvidia-smi's answer. Each task of the role
@@ -20,7 +20,20 @@ import urllib.request
 from pdfleet_probe_common import os_facts, read_text, run, stat_of, unit_state
 
 # The fields of a distribution's entry (the role's __nvidia_driver_distributions), empty.
-NO_ENTRY = {"packages": [], "package_revision": "", "hold_regex": "", "pin_globs": [], "prerequisites": []}
+NO_ENTRY = {"packages": [], "package_revision": "", "hold_regex": "", "pin_globs": [], "prerequisites": [],
+            "releases": {}}
+
+
+def pick(facts: dict, by_distribution: dict) -> tuple[str, str, dict]:
+    """(entry, release, dist): this host's entry of by_distribution (its distribution's name) and its release (the
+    distribution's version, else its major version, among the entry's releases: Ubuntu's 22.04, Debian's 12 of
+    12.7); ("", "", {}) for a distribution or release the role does not support."""
+    dist = by_distribution.get(facts["distribution"]) or {}
+    releases = dist.get("releases") or {}
+    for release in (facts["distribution_version"], facts["distribution_major_version"]):
+        if release and release in releases:
+            return facts["distribution"], release, dist
+    return "", "", {}
 
 
 def _key(url: str) -> dict:
@@ -55,11 +68,10 @@ def main() -> None:
     # only what the role asks about: the named packages and those the hold pattern covers
     facts = os_facts()
     out["os"] = facts
-    by_distribution = cfg.get("by_distribution", {})
-    entry = facts["distribution"] if facts["distribution"] in by_distribution else facts["os_family"]
-    dist = by_distribution.get(entry) or {}
+    entry, release, dist = pick(facts, cfg.get("by_distribution", {}))
     out["supported"] = bool(dist)
-    out["entry"] = entry if dist else ""
+    out["entry"], out["release"] = entry, release
+    out["repo_distro"] = dist["releases"][release] if dist else ""  # NVIDIA's repository path: debian12, ubuntu2204
     out["dist"] = {**NO_ENTRY, **dist}  # what the role's tasks read, whole even for an unsupported distribution
     held = re.compile(dist["hold_regex"]) if dist.get("hold_regex") else None
     wanted = set(dist.get("prerequisites", []) + dist.get("packages", []))
