@@ -6,9 +6,9 @@ import copy
 
 import pytest
 import yaml
-from conftest import EXAMPLES
 from pdfleet.errors import PlanError
 from pdfleet.planner import build_plan
+from plan_support import EXAMPLES
 
 BASE = yaml.safe_load((EXAMPLES / "pd-4p4d" / "group_vars" / "all" / "cluster.yml").read_text())["pdfleet_cluster"]
 HOSTS = {"gpu01": "192.0.2.10"}
