@@ -1,10 +1,10 @@
 """The control side of the launch check: plan, batch the units per pin, run the probe in the runtime, report.
 
 ``check_inventories`` plans each inventory once per pinned SGLang version (the inventory's own pin and every
-other patched one; a ``launcher: sim`` inventory is planned with the production launcher, so its lines are
-the ones a real host would run; its stand-in model source is read as ``hub``, which no flag depends on), sends every unit of every inventory to one runtime process per version,
-and returns the refusals (naming inventory, pin, unit, host and the flag) and each worker's effective
-settings.
+other patched one). A ``launcher: sim`` inventory is planned with the production launcher, so its lines are
+the ones a real host would run (its stand-in model source is read as ``hub``, on which no flag depends).
+Every unit of every inventory goes to one runtime process per version; the result holds the refusals
+(naming inventory, pin, unit, host and the flag) and each worker's effective settings.
 """
 
 from __future__ import annotations
@@ -85,6 +85,9 @@ def plan_at(source: InventorySource | str | Path, version: str) -> Plan:
     if not isinstance(raw, dict):
         raise LaunchCheckError(f"{inv.source.describe()}: {ROOT_VARIABLE} is not defined")
     patches = supported_patches()
+    if version not in patches:
+        raise LaunchCheckError(f"--sglang {version}: not a pinned SGLang version; the pins are "
+                               f"{', '.join(sorted(patches))}")
     sg = dict(raw.get("sglang") or {})
     sg.update(version=version, patch=patches[version], launcher="sglang")
     raw["sglang"] = sg
