@@ -74,18 +74,39 @@ def test_an_invalid_choice_fails_naming_the_unit_and_the_flag(parsed: check.Repo
         assert "warpdrive" in prefill.refused
 
 
-def test_the_committed_settings_are_what_sglang_resolves_now(sglang_runtime: runtime.Runtime) -> None:
-    """pd-4p4d at both pins, resolved again by SGLang (the full set: the long test below)."""
-    report = check.check_inventories([EXAMPLE])
+def _env_inventory(tmp: Path) -> Path:
+    """pd-4p4d whose PD workers carry SGLANG_OPT_FLASHMLA_SPARSE_PREFILL=0 (nixl.extra_env)."""
+    inv = tmp / "env-inventory"
+    shutil.copytree(REPO_ROOT / EXAMPLE, inv)
+    path = inv / "group_vars" / "all" / "cluster.yml"
+    doc = yaml.safe_load(path.read_text())
+    doc["pdfleet_cluster"]["nixl"]["extra_env"] = {"SGLANG_OPT_FLASHMLA_SPARSE_PREFILL": "0"}
+    path.write_text(yaml.safe_dump(doc))
+    return inv
+
+
+def test_sglang_resolves_the_committed_settings_and_honours_the_units_env(sglang_runtime: runtime.Runtime,
+                                                                           tmp_path: Path) -> None:
+    """pd-4p4d at both pins resolved again by SGLang (the full set: the long test below), and the same
+    inventory with the sparse-prefill switch in the units' environment (one runtime process per pin)."""
+    plans = [(EXAMPLE, check.plan_at(REPO_ROOT / EXAMPLE, v)) for v in check.pins()]
+    plans.append(("env", check.plan_at(_env_inventory(tmp_path), "0.5.15.post1")))
+    report = check.check_plans(plans)
     assert report.problems == []
-    fresh, committed = report.entries(), store.committed()
+    fresh = {k: e for k, e in report.entries().items() if e["inventory"] == EXAMPLE}
+    committed = store.committed()
     stale = [f"{e['inventory']} {e['sglang']} {e['unit']}" for k, e in fresh.items() if committed.get(k) != e]
     assert stale == [], f"stale {store.RESOLVED_FILE.name}: run {store.REGENERATE}"
-    settings = {(e["sglang"], e["unit"]): e["settings"] for e in fresh.values()}
+    settings = {(e["inventory"], e["sglang"], e["unit"]): e["settings"] for e in report.entries().values()}
     # SGLang's own DeepSeek-V4 defaults on SM120, as the wheels resolve them.
-    for (_, _), s in settings.items():
+    for s in settings.values():
         assert (s["attention_backend"], s["kv_cache_dtype"], s["page_size"]) == ("dsv4", "fp8_e4m3", 256)
-    assert settings[("0.5.23", "pdfleet-prefill0")]["sparse_prefill"] == "off"  # 0.5.23's own SM120 guard
+        assert s["moe_runner_backend"] == "marlin"  # the inventory's flag, kept by both pins
+    assert settings[(EXAMPLE, "0.5.23", "pdfleet-prefill0")]["sparse_prefill"] == "off"  # 0.5.23's SM120 guard
+    assert settings[(EXAMPLE, "0.5.15.post1", "pdfleet-prefill0")]["sparse_prefill"] == "on"  # no guard, env on
+    honoured = settings[("env", "0.5.15.post1", "pdfleet-prefill0")]
+    assert honoured["sparse_prefill"] == "off", honoured["sparse_prefill_reason"]
+    assert "chunked_prefill_size=8192" in honoured["sparse_prefill_reason"]
 
 
 @pytest.mark.long
