@@ -75,12 +75,13 @@ def test_an_invalid_choice_fails_naming_the_unit_and_the_flag(parsed: check.Repo
 
 
 def _env_inventory(tmp: Path) -> Path:
-    """pd-4p4d whose PD workers carry SGLANG_OPT_FLASHMLA_SPARSE_PREFILL=0 (nixl.extra_env)."""
+    """pd-4p4d whose PD workers carry SGLANG_OPT_FLASHMLA_SPARSE_PREFILL=1 (nixl.extra_env, which overrides the
+    pin's SM120 facts)."""
     inv = tmp / "env-inventory"
     shutil.copytree(REPO_ROOT / EXAMPLE, inv)
     path = inv / "group_vars" / "all" / "cluster.yml"
     doc = yaml.safe_load(path.read_text())
-    doc["pdfleet_cluster"]["nixl"]["extra_env"] = {"SGLANG_OPT_FLASHMLA_SPARSE_PREFILL": "0"}
+    doc["pdfleet_cluster"]["nixl"]["extra_env"] = {"SGLANG_OPT_FLASHMLA_SPARSE_PREFILL": "1"}
     path.write_text(yaml.safe_dump(doc))
     return inv
 
@@ -103,10 +104,13 @@ def test_sglang_resolves_the_committed_settings_and_honours_the_units_env(sglang
         assert (s["attention_backend"], s["kv_cache_dtype"], s["page_size"]) == ("dsv4", "fp8_e4m3", 256)
         assert s["moe_runner_backend"] == "marlin"  # the inventory's flag, kept by both pins
     assert settings[(EXAMPLE, "0.5.23", "pdfleet-prefill0")]["sparse_prefill"] == "off"  # 0.5.23's SM120 guard
-    assert settings[(EXAMPLE, "0.5.15.post1", "pdfleet-prefill0")]["sparse_prefill"] == "on"  # no guard, env on
+    # 0.5.15.post1 has no SM120 guard: the unit's env decides (the planner's SM120 facts set it to 0 on prefill),
+    # and chunked prefill keeps extend batches under the size branch's threshold.
+    prefill = settings[(EXAMPLE, "0.5.15.post1", "pdfleet-prefill0")]
+    assert prefill["sparse_prefill"] == "off", prefill["sparse_prefill_reason"]
+    assert "chunked_prefill_size=8192" in prefill["sparse_prefill_reason"]
     honoured = settings[("env", "0.5.15.post1", "pdfleet-prefill0")]
-    assert honoured["sparse_prefill"] == "off", honoured["sparse_prefill_reason"]
-    assert "chunked_prefill_size=8192" in honoured["sparse_prefill_reason"]
+    assert honoured["sparse_prefill"] == "on", honoured["sparse_prefill_reason"]
 
 
 @pytest.mark.long
