@@ -17,6 +17,8 @@ from pdfleet import conformance, prune
 from pdfleet.cluster import plan_inventory
 from pdfleet.errors import PdfleetError
 from pdfleet.inventory import InventorySource, add_inventory_arguments, load_inventory, source_from_args
+from pdfleet.launchcheck import cli as launchcheck_cli
+from pdfleet.launchcheck import store as launchstore
 from pdfleet.ops import cli as ops_cli
 from pdfleet.patch import cli as patchcli
 from pdfleet.patch import status as patchstatus
@@ -44,7 +46,7 @@ def plan_table(plan: Plan) -> str:
             f"(patch {plan.sglang['patch']})  CUDA {plan.cuda['version']}  router {plan.router_url}")
     cmds = "\n".join(f"{u.host}/{u.name}: {u.exec_start_line}" for u in plan.units())
     table = format_table(["host", "unit", "role", "CUDA_VISIBLE_DEVICES", "ports"], rows)
-    return f"{head}\n\n{table}\n\n{hardware_text(plan)}\n\nlaunch commands:\n{cmds}"
+    return f"{head}\n\n{table}\n\n{hardware_text(plan)}\n\nlaunch commands:\n{cmds}\n\n{effective_settings_text(plan)}"
 
 
 def hardware_text(plan: Plan) -> str:
@@ -61,6 +63,20 @@ def hardware_text(plan: Plan) -> str:
         lines.append(f"  compute capability {cc}: " + (
             "none needed (the manifest's findings say why)" if cc in known
             else "the manifest has no section for it: nothing is set"))
+    return "\n".join(lines)
+
+
+def effective_settings_text(plan: Plan) -> str:
+    """The workers' effective settings as SGLang resolves them (committed by the launch check), or how to get them."""
+    found = launchstore.effective_settings(plan)
+    known = [(u, str(e["sglang"]), e["settings"], e["stopped_at"]) for u, e in found.items() if "settings" in e]
+    lines = [f"effective settings (SGLang {plan.sglang['version']}'s own resolution on the host spec's GPU):"]
+    if known:
+        lines.append(launchcheck_cli.settings_rows(known))
+    missing = [u for u, e in found.items() if "unresolved" in e]
+    if missing:
+        lines.append(f"not resolved for {', '.join(missing)}: run pdfleet launchcheck -i INVENTORY (SGLang resolves "
+                     "them in the CPU runtime)")
     return "\n".join(lines)
 
 
@@ -135,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_render)
 
     for register in (patchcli.register, patchstatus.register, sim_cli.register, verify_cli.register,
-                     conformance.register, rollout_cli.register, watchdog_cli.register, ops_cli.register):
+                     conformance.register, rollout_cli.register, watchdog_cli.register, ops_cli.register,
+                     launchcheck_cli.register):
         register(sub)
     return parser
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pdfleet.errors import PdfleetError
+from pdfleet.launchcheck import store as launchstore
 from pdfleet.paths import REPO_ROOT, TEMPLATE_DIR
 from pdfleet.planner import Plan
 from pdfleet.render import unit_context
@@ -36,6 +37,8 @@ def plan_document(plan: Plan) -> dict[str, Any]:
     }
     doc["paths"] = {"repo": str(REPO_ROOT), "templates": str(TEMPLATE_DIR),
                     "package": str(REPO_ROOT / "scripts" / "pdfleet")}
+    # What the pinned SGLang resolves each worker to (pdfleet.launchcheck, committed), or how to resolve it.
+    doc["effective_settings"] = launchstore.effective_settings(plan)
     doc["sim_packages"] = list(OVERLAY_REQUIREMENTS.get(str(plan.sglang["version"]), ()))
     # A JSON round trip, so the document is exactly what a file or the CLI would carry.
     return json.loads(json.dumps(doc))

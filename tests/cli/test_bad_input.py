@@ -33,6 +33,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("unknown-command", ["bogus"], "invalid choice"),
     ("plan-missing-inventory", ["plan", "-i", "/nonexistent/pdfleet-no-such-inventory"], "inventory not found"),
     ("plan-unknown-flag", ["plan", "--bogus"], "unrecognized arguments"),
+    ("launchcheck-unknown-pin", ["launchcheck", "-i", SIM_INV, "--sglang", "0.4.0"], "not a pinned SGLang version"),
     ("render-no-output", ["render", "-i", SIM_INV], "-o/--output"),
     ("render-output-is-a-file", ["render", "-i", SIM_INV, "-o", "{afile}"], "is a file"),
     ("render-output-unwritable", ["render", "-i", SIM_INV, "-o", "/proc/pdfleet-nope"], "cannot write"),

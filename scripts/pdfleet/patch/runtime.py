@@ -32,7 +32,7 @@ from pathlib import Path
 from pdfleet.errors import PdfleetError
 from pdfleet.patch import manifest as patches
 from pdfleet.paths import REPO_ROOT
-from pdfleet.versions import OVERLAY_REQUIREMENTS
+from pdfleet.versions import OVERLAY_REQUIREMENTS, PINS
 
 STAMP = ".pdfleet-recipe"
 PYTHON_TAG = (3, 11)  # the sglang wheels are cp311
@@ -73,6 +73,10 @@ BASE_REQUIREMENTS: tuple[str, ...] = (
     "tqdm==4.70.1",
     "typer==0.29.2",
 )
+
+# The pinned router, for its own argument parser (pdfleet.launchcheck): installed with --no-deps into
+# router-<version>/ (its router_args module needs nothing else). $PDFLEET_RUNTIME_ROUTER_DIR overrides where.
+ROUTER_REQUIREMENT = f"{PINS['sglang_router_package']}=={PINS['sglang_router_version']}"
 
 # Installed with --no-deps into overlay-<version>, after sglang==<version> itself: OVERLAY_REQUIREMENTS
 # (constants.yml, shared with the sglang role, which installs the same list into each sim host's service venv).
@@ -184,6 +188,11 @@ class Runtime:
         env.setdefault("CUDA_VISIBLE_DEVICES", "")
         return env
 
+    @property
+    def router(self) -> Path:
+        env = os.environ.get("PDFLEET_RUNTIME_ROUTER_DIR")
+        return Path(env) if env else self.root / f"router-{PINS['sglang_router_version']}"
+
     def is_ready(self, version: str) -> bool:
         return (
             _stamp_ok(self.base, _base_hash())
@@ -236,6 +245,18 @@ def _build_overlay(rt: Runtime, version: str, wheel: Path) -> None:
     _log(f"overlay {version} ready in {time.monotonic() - started:.0f}s")
 
 
+def _build_router(rt: Runtime) -> None:
+    recipe = _hash({"router": ROUTER_REQUIREMENT, "base": _base_hash()})
+    if _stamp_ok(rt.router, recipe):
+        return
+    if rt.router.exists():
+        shutil.rmtree(rt.router)
+    _log(f"installing {ROUTER_REQUIREMENT} into {rt.router} (--no-deps)")
+    _run([*_pip(rt.python), "install", "--quiet", "--no-deps", "--no-compile", "--target", str(rt.router),
+          ROUTER_REQUIREMENT], f"installing {ROUTER_REQUIREMENT}")
+    (rt.router / STAMP).write_text(recipe + "\n")
+
+
 def _build_conn_copies(rt: Runtime, version: str, wheel: Path) -> None:
     manifest = patches.load_manifest(version)
     pristine, patched = rt.conn_file(version, False), rt.conn_file(version, True)
@@ -266,6 +287,7 @@ def ensure_runtime(
     rt = Runtime(Path(root) if root else default_root())
     rt.root.mkdir(parents=True, exist_ok=True)
     _build_base(rt)
+    _build_router(rt)
     for v in wanted:
         wheel = sglang_wheel(v, wheel_cache, str(rt.python))
         _build_overlay(rt, v, wheel)
