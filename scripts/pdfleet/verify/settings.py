@@ -46,6 +46,11 @@ class Settings:
     idle_deadline_s: float = 60.0
     # 5. logs
     min_abort_events: int = 1  # ABORT messages the prefill handled (PD); client aborts on a mono cluster
+    # PD: the ABORTs the prefill handled must also be at least this share of the sessions the cascade killed
+    # before their first token (the ones whose KV transfer can still be pending): a cascade that killed 120 of
+    # them and left 6 handled ABORTs did not show that the abort path holds up. Measured on the sim (README,
+    # "Abort evidence at info"): a healthy patched prefill handles ABORTs for 0.90-1.00 of them at every window.
+    min_abort_share: float = 0.5
     allow_dropped_frames: bool = False
     # 6. benchmark
     # Four waves of 16: only the first 16 requests arrive in one burst (their TTFT queues behind each other's
