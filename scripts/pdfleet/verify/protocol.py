@@ -124,11 +124,11 @@ async def run_protocol(target: Target, s: Settings, logs: LogSource | None, defe
             record(await _bench(target, model, s, report, out))
     report.metric_deltas = {n: counter_deltas(before.get(n, {}), m) for n, m in (await _counters(target, s)).items()}
     if wanted("logs"):
+        await _abort_lines_written(cascade_end)  # also before a deferred read: Ansible dumps the journals next
         if defer_logs:
             record(CheckResult("logs", DEFERRED, "deferred: resume with --resume REPORT --journal-dir DIR"))
         else:
             _say(out, f"logs: {logs.description if logs else 'no source'} since the protocol start")
-            await _abort_lines_written(cascade_end)
             record(logs_check(target.workers, logs, s, report.metric_deltas, target.sglang_version,
                               killed_waiting(results.get("cascade"))))
     report.checks = [results[n] for n in CHECK_NAMES if n in results]
