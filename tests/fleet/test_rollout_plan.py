@@ -31,7 +31,7 @@ def test_patch_rollout_is_host_by_host_canary_first() -> None:
     assert plan.strategy == "host-by-host" and plan.batches == [["node1"], ["node2"], ["node3"]]
     assert [s["serving_pairs_while_out"] for s in plan.steps] == [2, 2, 2] and not plan.refusal
     assert plan.to_dict()["actions"]["node1"]["previous_vars"] == {
-        "sglang_version": "0.5.15.post1", "sglang_patch_id": "nixl-abort-v1", "sglang_apply_patch": False}
+        "sglang_version": "0.5.15.post1", "sglang_patch_id": "nixl-abort-v2", "sglang_apply_patch": False}
 
 
 def test_nothing_to_do() -> None:

@@ -65,6 +65,6 @@ def test_sglang_checks_name_a_wrong_patch_id_and_a_missing_wheel(tmp_path: Path)
         sglang_patch_id: nixl-abort-v0
         sglang_install_mode: sim
         """)
-    failure = next(line for line in out.splitlines() if "carries nixl-abort-v1" in line)
-    assert "localhost: sglang_patch_id is nixl-abort-v0, but SGLang 0.5.15.post1 carries nixl-abort-v1" in failure
+    failure = next(line for line in out.splitlines() if "carries nixl-abort-v2" in line)
+    assert "localhost: sglang_patch_id is nixl-abort-v0, but SGLang 0.5.15.post1 carries nixl-abort-v2" in failure
     assert "localhost: sglang_install_mode=sim needs sglang_sim_wheel" in failure

@@ -72,7 +72,7 @@ def test_bad_target_stops_at_the_canary_and_rolls_back(sim_fleet: ScratchCluster
         assert run.rc != 0 and run.report, run.stdout[-5000:]
         canary, *later = run.report["order"]
         msg = run.stdout
-        assert f"{canary}: step gate failed" in msg and "rolled back to 0.5.15.post1+nixl-abort-v1" in msg, msg[-5000:]
+        assert f"{canary}: step gate failed" in msg and "rolled back to 0.5.15.post1+nixl-abort-v2" in msg, msg[-5000:]
         assert "ROLLBACK FAILED" not in msg
         assert s["failed"] == 0 and s["cut"] == 0, s
         assert run.report["outcome"]["failure"]["host"] == canary
@@ -86,7 +86,7 @@ def test_bad_target_stops_at_the_canary_and_rolls_back(sim_fleet: ScratchCluster
 
 def test_version_swap_never_lists_two_versions(sim_fleet: ScratchCluster) -> None:
     c = sim_fleet
-    c.set_model("sglang", version="0.5.23", patch="nixl-guard-v1")
+    c.set_model("sglang", version="0.5.23", patch="nixl-guard-v2")
     plan = _pdfleet("rollout", "plan", "-i", str(c.inventory))
     assert "split-swap" in plan.stdout, plan.stdout
     with ListingWatch(c.router_url) as watch, Load(c.router_url, c.model) as load:
@@ -105,7 +105,7 @@ def test_version_swap_never_lists_two_versions(sim_fleet: ScratchCluster) -> Non
 
 def test_kill_after_first_drain_then_rerun(sim_fleet: ScratchCluster) -> None:
     c = sim_fleet
-    c.set_model("sglang", version="0.5.15.post1", patch="nixl-abort-v1")
+    c.set_model("sglang", version="0.5.15.post1", patch="nixl-abort-v2")
     proc = subprocess.Popen([str(BIN / "ansible-playbook"), "-i", str(c.inventory), str(ROLLOUT),
                              "-e", f"pdfleet_rollout_reports_dir={c.reports_dir / 'killed'}"], cwd=REPO_ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -139,7 +139,7 @@ def test_rollout_drains_gates_and_readds_the_mono_instance(mono: ScratchCluster)
         assert s["failed_max_s"] < 5 and set(s["failed_statuses"]) <= {503}, s
         assert tl["removed_begin"] - 1 <= s["failed_window"][0] and s["failed_window"][1] <= tl["readded"] + 5, s
     status = _pdfleet("rollout", "status", "-i", str(c.inventory))
-    assert status.returncode == 0 and "nixl-abort-v1" in status.stdout, status.stdout + status.stderr
+    assert status.returncode == 0 and "nixl-abort-v2" in status.stdout, status.stdout + status.stderr
     print(f"[mono rollout] window without service {window:.1f} s; gate {host['seconds'].get('gated')} s; "
           f"{s['failed']} fast 503s of {s['sent']} requests")
 

@@ -51,7 +51,7 @@ def test_one_pair_patch_rollout_under_load(one_host: ScratchCluster) -> None:
         assert tl["removed_begin"] - 1 <= s["failed_window"][0] and s["failed_window"][1] <= tl["readded"] + 5, s
 
     status = _pdfleet("rollout", "status", "-i", str(c.inventory))
-    assert status.returncode == 0 and "nixl-abort-v1" in status.stdout, status.stdout + status.stderr
+    assert status.returncode == 0 and "nixl-abort-v2" in status.stdout, status.stdout + status.stderr
 
     ids = _ids(c)
     again = rollout(c)

@@ -51,7 +51,7 @@ def test_units_run_as_the_unprivileged_user(converged: ScratchCluster) -> None:
 def test_record_matches_the_patched_file(converged: ScratchCluster) -> None:
     record = json.loads(converged.ssh("cat /opt/pdfleet/venv/pdfleet-record.json").stdout)
     found = converged.ssh(f"sha256sum {record['file']}").stdout.split()[0]
-    assert record["patched"] is True and record["patch_id"] == "nixl-abort-v1"
+    assert record["patched"] is True and record["patch_id"] == "nixl-abort-v2"
     assert found == record["sha256"]
 
 

@@ -1,10 +1,11 @@
 """Capture what SGLang's real NIXL prefill code logs on the abort path (run by the runtime python).
 
-    python capture_real_logs.py VERSION CONN_FILE OUT_FILE
+    python capture_real_logs.py VERSION CONN_FILE OUT_FILE [LEVEL]
 
 Runs the real ``bootstrap_thread`` and ``transfer_worker`` of ``CONN_FILE`` (pristine or patched) on CPU
 through :mod:`pdfleet.patch.nixlcpu`, with the log format of our workers (``[time] message``, DEBUG for the conn
-module) and Python's own report of a dying thread, and writes everything they print to ``OUT_FILE``:
+module, or ``LEVEL``: ``info`` is the production level) and Python's own report of a dying thread, and writes
+everything they print to ``OUT_FILE``:
 
 1. a decode registers and bootstraps rooms 7 and 8; the decode sends ``ABORT`` for room 8, then for room 99
    (unknown to the prefill);
@@ -12,7 +13,8 @@ module) and Python's own report of a dying thread, and writes everything they pr
    (``Prefill transfer failed for request rank=… with exception <KVTransferError>``), with the real
    ``KVTransferError`` built from the failure reason the real handler recorded (nothing when none was);
 3. a chunk for room 9, which has no transfer info (the incident's second symptom in ``transfer_worker``);
-4. an unknown leading frame (``[b"SOMETHING_ELSE", b"1"]``).
+4. an unknown leading frame (``[b"SOMETHING_ELSE", b"1"]``);
+5. a wait for the patched code's rate-limited count of handled ABORTs (its timer writes the pending count).
 
 The samples the signature tests classify come from here, never from hand-written text.
 """
@@ -31,7 +33,7 @@ from pdfleet.patch import nixlcpu
 FORMAT = "[%(asctime)s] %(message)s"  # pdfleet.simworker's format; SGLang's own adds a rank prefix
 
 
-def main(version: str, conn_file: str, out_file: str) -> int:
+def main(version: str, conn_file: str, out_file: str, level: str = "debug") -> int:
     buf = io.StringIO()
     handler = logging.StreamHandler(buf)
     handler.setFormatter(logging.Formatter(FORMAT, "%Y-%m-%d %H:%M:%S"))
@@ -39,7 +41,7 @@ def main(version: str, conn_file: str, out_file: str) -> int:
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     conn = nixlcpu.load_conn_module(Path(conn_file))
-    logging.getLogger(conn.__name__).setLevel(logging.DEBUG)
+    logging.getLogger(conn.__name__).setLevel(getattr(logging, level.upper()))
     sys.stderr = buf  # threading.excepthook prints "Exception in thread …" and the traceback to stderr
 
     with nixlcpu.CpuPrefill.start(conn) as prefill, nixlcpu.DecodePusher(prefill.endpoint) as decode:
@@ -67,6 +69,9 @@ def main(version: str, conn_file: str, out_file: str) -> int:
         decode.send([b"SOMETHING_ELSE", b"1"])
         prefill.wait_for(lambda: not prefill.bootstrap_alive(), timeout=1.0)
         alive = prefill.bootstrap_alive()
+        abort_log = getattr(conn, "_PdfleetAbortLog", None)  # the patch's; pristine code has none
+        if abort_log is not None:
+            time.sleep(abort_log.INTERVAL_S + 0.3)
     handler.flush()
     sys.stderr = sys.__stderr__
     text = buf.getvalue() + f"# bootstrap_thread alive at the end: {alive}\n"
@@ -76,4 +81,4 @@ def main(version: str, conn_file: str, out_file: str) -> int:
 
 if __name__ == "__main__":
     threading.excepthook = threading.__excepthook__  # Python's default report, as in production
-    sys.exit(main(*sys.argv[1:4]))
+    sys.exit(main(*sys.argv[1:5]))

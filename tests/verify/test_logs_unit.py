@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from pdfleet.inventory import load_inventory
 from pdfleet.paths import REPO_ROOT
+from pdfleet.verify.cascade import killed_waiting
 from pdfleet.verify.logs import (
     FileLogs,
     JournalDirLogs,
+    abort_floor,
     journal_before_command,
     journal_command,
     logs_check,
 )
+from pdfleet.verify.result import CheckResult
 from pdfleet.verify.settings import Settings
 from pdfleet.verify.targets import Worker
 
@@ -162,3 +166,51 @@ def test_an_empty_log_is_inconclusive(tmp_path: Path) -> None:
     src = FileLogs({"prefill": tmp_path / "p.log", "decode": tmp_path / "d.log"})
     r = logs_check([P, D], src, Settings())
     assert r.status == "inconclusive" and "empty" in r.summary and any("prefill" in f for f in r.failures)
+
+
+# Issue 25 item 4: at info the evidence is the patch's rate-limited count line (the real line is classified in
+# test_signatures_real.py); the floor scales with the sessions the cascade killed before their first token.
+COUNTED = ("[2026-01-01 10:00:0{s}] pdfleet: bootstrap_thread handled {n} decode ABORT message(s) on "
+           "engine_rank={rank} since its previous line (total {total})\n")
+
+
+def counted(*lines: tuple[int, int]) -> str:
+    """One count line per (rank, count), totals running per rank as the patch writes them."""
+    totals: dict[int, int] = {}
+    out = []
+    for i, (rank, n) in enumerate(lines):
+        totals[rank] = totals.get(rank, 0) + n
+        out.append(COUNTED.format(s=i % 10, n=n, rank=rank, total=totals[rank]))
+    return "".join(out)
+
+
+def test_count_lines_sum_per_rank_and_a_worker_counts_its_largest_rank(tmp_path: Path) -> None:
+    (tmp_path / "p.log").write_text(counted((0, 3), (1, 4), (0, 2)) + handled(2))
+    r = logs_check([P], FileLogs({"prefill": tmp_path / "p.log"}), Settings())
+    assert r.status == "pass" and r.measured["abort_events"] == 5  # rank 0: 3 + 2 (each rank gets every room)
+
+
+def test_a_low_share_of_the_killed_sessions_is_inconclusive(tmp_path: Path) -> None:
+    """The issue's case: 120 sessions killed before their first byte, 6 handled ABORTs: not a PASS."""
+    s = Settings()
+    (tmp_path / "low.log").write_text(counted((0, 1), (0, 5)))
+    low = logs_check([P], FileLogs({"prefill": tmp_path / "low.log"}), s, killed_waiting=120)
+    assert low.status == "inconclusive" and low.measured["abort_events"] == 6
+    need = math.ceil(s.min_abort_share * 120)
+    assert f"need >= {need}" in low.summary and low.thresholds["abort_events_min"] == need
+    assert abort_floor(s, 120) == need > 6
+    (tmp_path / "good.log").write_text(counted((0, 1), (0, 60), (0, 50)))
+    good = logs_check([P], FileLogs({"prefill": tmp_path / "good.log"}), s, killed_waiting=120)
+    assert good.status == "pass" and good.measured["abort_events"] == 111
+    # without a cascade measurement (an old report) the floor is min_abort_events
+    assert logs_check([P], FileLogs({"prefill": tmp_path / "low.log"}), s).status == "pass"
+
+
+def test_the_floor_counts_only_sessions_killed_before_their_first_token() -> None:
+    cascade = CheckResult("cascade", "pass", "", {"killed": 90, "killed_phases": {
+        "connecting": 3, "waiting-headers": 10, "before-first-token": 50, "streaming": 27}})
+    assert killed_waiting(cascade) == 60
+    assert killed_waiting(None) is None and killed_waiting(CheckResult("cascade", "skipped", "")) is None
+    assert abort_floor(Settings(min_abort_events=1, min_abort_share=0.5), 3) == 2
+    assert abort_floor(Settings(min_abort_events=4, min_abort_share=0.5), 3) == 4
+    assert abort_floor(Settings(min_abort_share=0.5), 0) == Settings().min_abort_events

@@ -41,7 +41,7 @@ def write_inventory(pd: LocalPD, inv: Path) -> None:
                nccl_port: {free_port()}}}
           router: {{host: node1, port: {pd.router_port}}}
           model: {{name: {pd.model}, path: /models/{pd.model}}}
-          sglang: {{version: "{SGLANG_VERSION}", patch: nixl-abort-v1, launcher: sim}}
+          sglang: {{version: "{SGLANG_VERSION}", patch: nixl-abort-v2, launcher: sim}}
         """))
 
 

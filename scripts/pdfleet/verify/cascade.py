@@ -36,6 +36,19 @@ FILLER_TEXT = ("the prefill server computes the key value cache of this long age
 FILLER = FILLER_TEXT.split()
 
 
+# A session killed in one of these phases had sent its request and seen no token: its KV transfer may still be
+# pending, so the decode's abort can reach the prefill as an ABORT message (the logs check's evidence floor).
+WAITING_PHASES = ("waiting-headers", "before-first-token")
+
+
+def killed_waiting(cascade: CheckResult | None) -> int | None:
+    """Sessions the cascade killed before their first token; None without a cascade measurement."""
+    if cascade is None or not cascade.measured or "killed_phases" not in cascade.measured:
+        return None
+    phases = cascade.measured["killed_phases"]
+    return sum(int(phases.get(p, 0)) for p in WAITING_PHASES) if isinstance(phases, dict) else None
+
+
 # Waits at most the given seconds for every worker's queues to empty (the kills' aborts have landed); returns
 # the seconds it waited. The protocol passes one built on the workers' PD queue gauges.
 Quiet = Callable[[float], Awaitable[float]]

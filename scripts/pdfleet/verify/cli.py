@@ -45,6 +45,13 @@ def _positive(kind: type) -> Any:
     return conv
 
 
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text}: must be between 0 and 1")
+    return value
+
+
 def _non_negative(kind: type) -> Any:
     def conv(text: str) -> Any:
         value = kind(text)
@@ -110,6 +117,9 @@ def _add_check_args(p: argparse.ArgumentParser, d: Settings) -> None:
                         "collection, {HOST: {UNIT: ...}}) into --journal-dir, then scan them")
     g.add_argument("--min-abort-events", type=_non_negative(int), default=d.min_abort_events,
                    help="ABORT messages the prefill must have handled (0: INCOMPLETE unless --allow-incomplete)")
+    g.add_argument("--min-abort-share", type=_share, default=d.min_abort_share,
+                   help="PD: handled ABORTs needed per session killed before its first token (0-1; default "
+                        "%(default)s): fewer is INCONCLUSIVE")
     g.add_argument("--allow-dropped-frames", action="store_true",
                    help="count 'unexpected leading frame' warnings without failing")
     g = p.add_argument_group("6. benchmark")

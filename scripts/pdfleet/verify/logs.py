@@ -12,6 +12,7 @@ Sources:
 
 from __future__ import annotations
 
+import math
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -163,16 +164,24 @@ def journal_command(unit: str, since_epoch: float) -> str:
     return (f"journalctl -u {shlex.quote(unit)} --since @{int(since_epoch)} -o cat --no-pager")
 
 
+def abort_floor(s: Settings, killed_waiting: int | None) -> int:
+    """The handled ABORTs a PD run needs: ``min_abort_events``, and at least ``min_abort_share`` of the sessions
+    the cascade killed before their first token (``killed_waiting``; None when the cascade did not report it)."""
+    share = math.ceil(s.min_abort_share * killed_waiting - 1e-9) if killed_waiting else 0
+    return max(s.min_abort_events, share)
+
+
 def logs_check(workers: list[Worker], source: LogSource | None, s: Settings,
                metric_deltas: dict[str, dict[str, float]] | None = None,
-               version: str | None = None) -> CheckResult:
+               version: str | None = None, killed_waiting: int | None = None) -> CheckResult:
     """Check 5: zero thread deaths / transfer errors (/ dropped frames), and proof that aborts happened.
 
     Thread deaths count from each worker's last start, not only from the protocol start: a thread that died
     before the run (a wedge that predates it) fails the check and is named with its time. Abort evidence is
     only what the prefill prints after handling a decode's ABORT (see :mod:`pdfleet.verify.signatures`,
     per ``version``); ``metric_deltas`` (SGLang's generic failure counters) are reported, never counted as
-    evidence: they also rise on the prefill's own aborts and on timeouts. Zero evidence => INCONCLUSIVE.
+    evidence: they also rise on the prefill's own aborts and on timeouts. Less evidence than
+    :func:`abort_floor` (``killed_waiting``: sessions the cascade killed before their first token) => INCONCLUSIVE.
     """
     t0 = time.monotonic()
     total = LogScan()
@@ -243,12 +252,14 @@ def logs_check(workers: list[Worker], source: LogSource | None, s: Settings,
                 "uncaught_tracebacks": total.uncaught_tracebacks + before_total.uncaught_tracebacks,
                 "lines_scanned": total.lines, "lines_before_protocol": before_total.lines,
                 "deaths": deaths[:10], "sglang_version": version, "source": source.description}
+    floor = abort_floor(s, killed_waiting) if is_pd else s.min_abort_events
+    measured["killed_before_first_token"] = killed_waiting
     thresholds = {"thread_death": 0, "transfer_error": 0,
                   "dropped_frame": "counted only" if s.allow_dropped_frames else 0,
-                  "abort_events_min": s.min_abort_events,
+                  "abort_events_min": floor, "abort_share_min": s.min_abort_share if is_pd else None,
                   "abort_evidence": "prefill handled a decode ABORT" if is_pd
                   else "client aborts: log lines or sglang:num_aborted_requests_total (no PD)"}
-    status, summary = _logs_status(failures, unreadable, aborts, is_pd, s)
+    status, summary = _logs_status(failures, unreadable, aborts, is_pd, s, floor, killed_waiting)
     if gaps:
         summary += f"; {len(gaps)} worker(s) without their log since the last start (deaths before the " \
                    "protocol not ruled out)"
@@ -270,11 +281,17 @@ def _read_before(source: LogSource, worker: Worker) -> str | LogUnavailable:
 
 
 def _logs_status(failures: list[str], unreadable: list[str], aborts: int, is_pd: bool,
-                 s: Settings) -> tuple[str, str]:
+                 s: Settings, floor: int, killed_waiting: int | None) -> tuple[str, str]:
     if failures:
         return "fail", "; ".join(failures)
     gap = (f"{len(unreadable)} worker log(s) unreadable or empty: cannot rule out a thread death"
            if unreadable else "")
+    if is_pd and aborts < floor and floor > s.min_abort_events:
+        return INCONCLUSIVE, (f"{aborts} ABORT message(s) handled by the prefill for {killed_waiting} session(s) "
+                              f"killed before their first token (need >= {floor}: {s.min_abort_share:g} of them): "
+                              "most kills left no trace at the prefill, so a clean log does not show the abort "
+                              "path holding up (is the prefill's log level above info, or the patch missing?)"
+                              + (f"; {gap}" if gap else ""))
     if aborts < s.min_abort_events:
         what = ("ABORT message(s) handled by the prefill" if is_pd else "client abort line(s)")
         return INCONCLUSIVE, (f"{aborts} {what} (need >= {s.min_abort_events}): the cascade did not exercise "

@@ -9,6 +9,7 @@ benchmark (a wedged cluster has no throughput to compare). The logs are always r
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import sys
 import time
@@ -16,12 +17,13 @@ from pathlib import Path
 from typing import TextIO
 
 from pdfleet.verify import bench, checks
-from pdfleet.verify.cascade import abort_cascades
+from pdfleet.verify.cascade import abort_cascades, killed_waiting
 from pdfleet.verify.logs import JournalDirLogs, LogSource, logs_check
 from pdfleet.verify.metrics import counter_deltas
 from pdfleet.verify.report import Report
 from pdfleet.verify.result import CHECK_NAMES, DEFERRED, FAIL, PASS, CheckResult, skipped
 from pdfleet.verify.settings import Settings
+from pdfleet.verify.signatures import ABORT_LOG_INTERVAL_S
 from pdfleet.verify.targets import Target, Worker
 
 
@@ -75,6 +77,7 @@ async def run_protocol(target: Target, s: Settings, logs: LogSource | None, defe
         return True
 
     stop_traffic = ""
+    cascade_end: float | None = None
     if wanted("config"):
         _say(out, f"config gate against {target.router_url} ({len(target.workers)} workers)")
         try:
@@ -106,6 +109,7 @@ async def run_protocol(target: Target, s: Settings, logs: LogSource | None, defe
                       f"window {cs.window_s:g} s")
             record(await abort_cascades(target.router_url + "/v1/chat/completions", model, cs, out,
                                         quiet=lambda limit: checks.wait_quiet(target, s, limit)))
+            cascade_end = time.monotonic()
     if wanted("recovery"):
         if stop_traffic:
             record(skipped("recovery", f"skipped: {stop_traffic}"))
@@ -120,11 +124,13 @@ async def run_protocol(target: Target, s: Settings, logs: LogSource | None, defe
             record(await _bench(target, model, s, report, out))
     report.metric_deltas = {n: counter_deltas(before.get(n, {}), m) for n, m in (await _counters(target, s)).items()}
     if wanted("logs"):
+        await _abort_lines_written(cascade_end)  # also before a deferred read: Ansible dumps the journals next
         if defer_logs:
             record(CheckResult("logs", DEFERRED, "deferred: resume with --resume REPORT --journal-dir DIR"))
         else:
             _say(out, f"logs: {logs.description if logs else 'no source'} since the protocol start")
-            record(logs_check(target.workers, logs, s, report.metric_deltas, target.sglang_version))
+            record(logs_check(target.workers, logs, s, report.metric_deltas, target.sglang_version,
+                              killed_waiting(results.get("cascade"))))
     report.checks = [results[n] for n in CHECK_NAMES if n in results]
     _store_baseline(report, s, out)
     wall = time.monotonic() - t0
@@ -133,6 +139,17 @@ async def run_protocol(target: Target, s: Settings, logs: LogSource | None, defe
                       "beyond_kill_windows_s": round(wall - windows, 3),
                       "checks_s": {c.name: round(c.duration_s, 3) for c in report.checks}}
     return report
+
+
+async def _abort_lines_written(cascade_end: float | None) -> None:
+    """Before the logs are read: the prefill writes its count of handled ABORTs at most once per
+    ABORT_LOG_INTERVAL_S, so the count of the cascade's last ABORTs may still be pending that long after the
+    cascade (and its settle) ended. Usually the recovery check took longer already."""
+    if cascade_end is None:
+        return
+    left = cascade_end + ABORT_LOG_INTERVAL_S + 0.5 - time.monotonic()
+    if left > 0:
+        await asyncio.sleep(left)
 
 
 async def _bench(target: Target, model: str, s: Settings, report: Report, out: TextIO) -> CheckResult:
@@ -156,7 +173,7 @@ def resume_with_journals(report: Report, journal_dir: Path, s: Settings, out: Te
     workers = [Worker(**w) for w in report.target.get("workers", [])]
     _say(out, f"logs: journal dumps in {journal_dir} for {len(workers)} workers")
     report.replace(logs_check(workers, JournalDirLogs(journal_dir), s, report.metric_deltas,
-                                  report.target.get("sglang_version")))
+                                  report.target.get("sglang_version"), killed_waiting(report.check("cascade"))))
     order = {n: i for i, n in enumerate(CHECK_NAMES)}
     report.checks.sort(key=lambda c: order.get(c.name, len(order)))
     _store_baseline(report, s, out)

@@ -46,6 +46,14 @@ class Settings:
     idle_deadline_s: float = 60.0
     # 5. logs
     min_abort_events: int = 1  # ABORT messages the prefill handled (PD); client aborts on a mono cluster
+    # PD: the ABORTs the prefill handled must also be at least this share of the sessions the cascade killed
+    # before their first token (the ones whose KV transfer can still be pending): a cascade that killed 120 of
+    # them and left 6 handled ABORTs did not show that the abort path holds up. Measured on the one-host sim at
+    # info (tests/bench/measure_abort_share.py, 60 sessions, patched): 39/60 handled at a 0.05 s window (the
+    # kills that beat the decode's transfer registration send no ABORT), 56/60 at 0.5 s, 56/58 at 2 s, 56/56
+    # at 4 s, 37/37 at 20 s. 0.5 sits below the lowest healthy share (0.65) and far above a run whose kills
+    # mostly never reached the prefill.
+    min_abort_share: float = 0.5
     allow_dropped_frames: bool = False
     # 6. benchmark
     # Four waves of 16: only the first 16 requests arrive in one burst (their TTFT queues behind each other's

@@ -25,15 +25,24 @@ Categories (each line counts once, in the first category that matches, in this o
     client-side aborts: ``Client disconnected``, ``Aborted by AbortReq``, the scheduler's ``Abort … queue
     request.``. They prove sessions were killed, not that an ``ABORT`` reached the prefill.
 
-Abort *evidence* (:data:`ABORT_HANDLED`, counted per distinct room in :attr:`LogScan.aborts_handled`) is
-only what the prefill prints after its bootstrap thread received and handled a decode's ``ABORT``
-message: the failure reason that handler records (``Aborted by decode-side abort notification.``, shown
-by the prefill scheduler's ``Prefill transfer|bootstrap failed … with exception KVTransferError(…)``
-warning) and the handler's own ``Received abort notification for room N, marked as Failed|ignoring …``
-(debug level: the warning appears only when the decode's ABORT beats the prefill's own abort of the same
-request, so a conclusive run logs the prefill at ``--log-level debug``; the sim and LocalPD do).
-Generic failure counters and lines (``num_bootstrap_failed_reqs``, ``Prefill … failed`` with any other
-reason) also rise on the prefill's own aborts and on timeouts, so they prove nothing.
+Abort *evidence* is only what the prefill prints after its bootstrap thread received and handled a decode's
+``ABORT`` message, counted per worker log in :attr:`LogScan.aborts_handled`:
+
+* at the production log level (``info``), our patch's count line (:data:`ABORT_COUNTED`, both pins):
+  ``pdfleet: bootstrap_thread handled N decode ABORT message(s) on engine_rank=R since its previous line
+  (total T)``. It is rate-limited (at most one line per :data:`ABORT_LOG_INTERVAL_S` per rank; a timer writes
+  the count of the last interval), so a cascade of thousands of aborts cannot flood the journal and still
+  every handled ABORT is counted: the evidence of a log is the sum of N per rank, and of a worker the
+  largest rank's sum (every prefill rank of a room gets that room's ABORT);
+* at ``debug`` also the per-room lines (:data:`ABORT_HANDLED`, counted per distinct room): the failure reason
+  the handler records (``Aborted by decode-side abort notification.``, shown by the prefill scheduler's
+  ``Prefill transfer|bootstrap failed … with exception KVTransferError(…)`` warning, which appears only when
+  the decode's ABORT beats the prefill's own abort of the same request) and the handler's own
+  ``Received abort notification for room N, marked as Failed|ignoring …`` (debug level).
+
+A worker's evidence is the larger of the two counts (they count the same ABORTs). Generic failure counters and
+lines (``num_bootstrap_failed_reqs``, ``Prefill … failed`` with any other reason) also rise on the prefill's own
+aborts and on timeouts, so they prove nothing.
 """
 
 from __future__ import annotations
@@ -98,6 +107,15 @@ ABORT_HANDLED: dict[str, tuple[Signature, ...]] = {
         _sig(_HANDLED_DEBUG, "sglang/srt/disaggregation/nixl/conn.py:3327-3335 (logger.debug, both branches)"),
     ),
 }
+# Our patch's info-level count of handled ABORTs (both pins: 0.5.15.post1's own handler, 0.5.23's upstream one),
+# printed by _PdfleetAbortLog._write in ansible/roles/sglang/files/patches/<version>/nixl-conn.patch.
+ABORT_COUNTED = _sig(r"pdfleet: bootstrap_thread handled (?P<count>\d+) decode ABORT message\(s\) on "
+                     r"engine_rank=(?P<rank>\S+) since its previous line \(total (?P<total>\d+)\)",
+                     "our patch (both pins): _PdfleetAbortLog._write, called from bootstrap_thread after each "
+                     "handled ABORT, at most once per interval (a timer writes the rest)")
+# The patch's _PdfleetAbortLog.INTERVAL_S (tests/verify/test_signatures_real.py reads it from the patched code):
+# the last count line of a cascade is written at most this long after its last ABORT.
+ABORT_LOG_INTERVAL_S = 2.0
 _ROOM = (re.compile(r"bootstrap_room=(?P<room>\d+)"), re.compile(r"\broom[= ](?P<room>\d+)"))
 
 
@@ -145,6 +163,7 @@ class LogScan:
     examples: dict[str, list[str]] = field(default_factory=dict)
     deaths: list[dict[str, str]] = field(default_factory=list)  # each thread death: line and time
     _rooms: set[str] = field(default_factory=set)
+    _counted: dict[str, int] = field(default_factory=dict)  # ABORT_COUNTED's N summed per engine rank
 
     @property
     def transfer_abort(self) -> int:  # the previous name of the evidence count
@@ -246,7 +265,7 @@ def scan_text(text: str, version: str | None = None) -> LogScan:
         header = line
     if tb is not None:
         _close_traceback(scan, tb, version, last_time)
-    scan.aborts_handled = len(scan._rooms) + scan.aborts_handled
+    scan.aborts_handled = max(len(scan._rooms) + scan.aborts_handled, max(scan._counted.values(), default=0))
     return scan
 
 
@@ -258,6 +277,11 @@ def _classify_line(scan: LogScan, line: str, handled: tuple[Signature, ...], whe
             _example(scan, category, line)
         if category == "thread_death":
             scan.deaths.append({"line": line.strip()[:300], "time": when or "unknown"})
+    counted = ABORT_COUNTED.pattern.search(line)
+    if counted:
+        rank = counted.group("rank")
+        scan._counted[rank] = scan._counted.get(rank, 0) + int(counted.group("count"))
+        return category
     for sig in handled:
         m = sig.pattern.search(line)
         if m:
