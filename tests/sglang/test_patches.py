@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,37 @@ def test_a_manifest_in_the_wrong_folder_is_refused(tmp_path: Path) -> None:
     with pytest.raises(patches.PatchError, match="lives in folder"):
         patches.load_manifest("9.9.9", tmp_path)
     assert patches.supported_versions(tmp_path) == ["9.9.9"]
+
+
+SUPERSEDED = Path(__file__).parent / "superseded"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_superseded_hashes_are_the_earlier_patches_applied_to_the_wheel(version: str, wheels: dict[str, Path],
+                                                                        tmp_path: Path) -> None:
+    """The sglang role puts conn.py back when it hashes to a superseded entry: each entry must be exactly what the
+    earlier patch (kept under tests/sglang/superseded only to prove this) made of the wheel's file, and never the
+    current patched or pristine hash (those must not be reinstalled)."""
+    manifest = patches.load_manifest(version)
+    assert manifest.superseded, f"{version}: the manifest names no earlier patch"
+    pristine = patches.extract_from_wheel(wheels[version], manifest.file, tmp_path / "conn.py")
+    for patch_id, sha in manifest.superseded.items():
+        assert patch_id != manifest.patch_id
+        assert sha not in (manifest.patched_sha256, manifest.pristine_sha256)
+        old = tmp_path / f"{patch_id}.py"
+        old.write_bytes(pristine.read_bytes())
+        patch_file = SUPERSEDED / version / f"{patch_id}.patch"
+        proc = subprocess.run(["patch", "--batch", "--forward", "--fuzz=0", "--silent", str(old), str(patch_file)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert patches.sha256_file(old) == sha, f"{version} {patch_id}: the manifest's superseded hash is wrong"
+
+
+def test_a_malformed_superseded_entry_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "0.5.23"
+    folder.mkdir()
+    text = (patches.default_patches_dir() / "0.5.23" / "manifest.yml").read_text()
+    (folder / "manifest.yml").write_text(text.replace("patched_sha256: 5349", "patched_sha256: zz49"))
+    (folder / "nixl-conn.patch").write_text("")
+    with pytest.raises(patches.PatchError, match=r"superseded entry .* needs a patch_id and a 64-hex"):
+        patches.load_manifest("0.5.23", tmp_path)

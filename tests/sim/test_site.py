@@ -7,6 +7,8 @@ import json
 import time
 
 import pytest
+from pdfleet.patch import manifest as patches
+from pdfleet.paths import REPO_ROOT
 from simcluster import SITE, ScratchCluster, recap, wait_for
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
@@ -69,6 +71,30 @@ def test_drift_fails_and_leaves_the_file_untouched(converged: ScratchCluster) ->
     finally:
         converged.ssh(f"sed -i '$ d' {conn}")  # undo the hand edit: the file is patched again
     assert converged.ssh(f"sha256sum {conn}").stdout.split()[0] == record["sha256"]
+
+
+SUPERSEDED = REPO_ROOT / "tests" / "sglang" / "superseded"
+
+
+def test_an_earlier_pdfleet_patch_is_replaced_by_the_current_one(converged: ScratchCluster) -> None:
+    """A host converged by an earlier pdfleet carries an earlier patch of the same version: the next converge puts
+    the wheel's own conn.py back and patches it (it is no hand edit, so it is not refused)."""
+    record = json.loads(converged.ssh("cat /opt/pdfleet/venv/pdfleet-record.json").stdout)
+    conn, manifest = record["file"], patches.load_manifest(record["version"])
+    old_id, old_sha = next(iter(manifest.superseded.items()))
+    swap = (f"cat > /root/current.patch <<'EOF'\n{manifest.patch_path.read_text()}EOF\n"
+            f"cat > /root/old.patch <<'EOF'\n{(SUPERSEDED / record['version'] / f'{old_id}.patch').read_text()}EOF\n"
+            f"patch -R -s {conn} /root/current.patch && patch -s {conn} /root/old.patch")
+    assert converged.ssh(swap).returncode == 0
+    assert converged.ssh(f"sha256sum {conn}").stdout.split()[0] == old_sha
+    proc = converged.playbook(SITE, "--skip-tags", "verify", check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    changed = [line.split("[", 1)[1].split("]", 1)[0] for line in _changed_tasks(proc.stdout)]
+    assert "sglang : Put back the wheel's conn.py over an earlier pdfleet patch of this version" in changed, changed
+    assert "sglang : Apply the patch to the pristine conn.py" in changed, changed
+    assert converged.ssh(f"sha256sum {conn}").stdout.split()[0] == manifest.patched_sha256
+    after = json.loads(converged.ssh("cat /opt/pdfleet/venv/pdfleet-record.json").stdout)
+    assert after["patch_id"] == manifest.patch_id and after["sha256"] == manifest.patched_sha256
 
 
 WATCHDOG_WHEEL_FILE = "/opt/pdfleet-watchdog/venv/lib/python3*/site-packages/pdfleet/watchdog/__init__.py"

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -115,6 +115,8 @@ class PatchManifest:
     patch_path: Path
     # compute capability -> facts; None when the manifest has no `hardware` section (no decision made yet)
     hardware: dict[str, HardwareFacts] | None = None
+    # earlier pdfleet patches of this version: patch id -> the sha256 of conn.py carrying it
+    superseded: dict[str, str] = field(default_factory=dict)
 
 
 def default_patches_dir() -> Path:
@@ -175,7 +177,23 @@ def load_manifest(version: str, patches_dir: Path | None = None) -> PatchManifes
         upstream_note=str(upstream.get("note", "")),
         patch_path=patch_path,
         hardware=_load_hardware(manifest_path, data.get("hardware")),
+        superseded=_load_superseded(manifest_path, data.get("superseded")),
     )
+
+
+def _load_superseded(path: Path, raw: object) -> dict[str, str]:
+    """The manifest's ``superseded`` list: earlier patch ids of this version and their patched sha256."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, list) or not all(isinstance(e, dict) for e in raw):
+        raise PatchError(f"{path}: superseded must be a list of {{patch_id, patched_sha256}} mappings")
+    out: dict[str, str] = {}
+    for entry in raw:
+        pid, sha = str(entry.get("patch_id", "")), str(entry.get("patched_sha256", ""))
+        if not pid or not re.fullmatch(r"[0-9a-f]{64}", sha):
+            raise PatchError(f"{path}: superseded entry {entry!r} needs a patch_id and a 64-hex patched_sha256")
+        out[pid] = sha
+    return out
 
 
 def _roles(where: str, raw: object) -> tuple[str, ...]:
