@@ -1,0 +1,89 @@
+"""The sglang role refuses a host whose Python cannot install the pin, after its look and before any change, with
+a real other CPython on this machine as the host's interpreter (sglang_python): both the provision play's entry
+point (tasks_from: python) and the role's own checks (main), which name every problem in one task."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from pdfleet.paths import REPO_ROOT
+
+BIN = Path(os.environ.get("VIRTUAL_ENV", REPO_ROOT / ".venv")) / "bin"
+
+
+def _other_python(minor: str) -> str | None:
+    """A real CPython 3.<minor> on this machine (on PATH, or a pyenv build), or None."""
+    found = shutil.which(f"python3.{minor}")
+    candidates = ([found] if found else []) + sorted(glob.glob(os.path.expanduser(
+        f"~/.pyenv/versions/3.{minor}.*/bin/python3.{minor}")))
+    for path in candidates:
+        proc = subprocess.run([path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode == 0 and proc.stdout.strip() == f"3.{minor}":
+            return path
+    return None
+
+
+PY310 = _other_python("10")
+
+
+def _play(tmp_path: Path, body: str, **role_vars: str) -> subprocess.CompletedProcess[str]:
+    play = tmp_path / "play.yml"
+    play.write_text(textwrap.dedent("""\
+        - name: The sglang role against the control machine
+          hosts: localhost
+          connection: local
+          gather_facts: false
+          tasks:
+        """) + textwrap.indent(textwrap.dedent(body), " " * 4))
+    extra = [arg for k, v in role_vars.items() for arg in ("-e", f"{k}={v}")]
+    return subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-e",
+                           f"ansible_python_interpreter={sys.executable}", *extra, str(play)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+
+
+ENTRY = """\
+    - name: The python entry point
+      ansible.builtin.import_role:
+        name: sglang
+        tasks_from: python
+    """
+MAIN = """\
+    - name: The whole role
+      ansible.builtin.import_role:
+        name: sglang
+    """
+
+
+@pytest.mark.skipif(PY310 is None, reason="no CPython 3.10 on this machine")
+@pytest.mark.parametrize("body", [ENTRY, MAIN], ids=["provision-entry-point", "role-main"])
+def test_a_python_the_pin_has_no_wheel_for_is_refused_before_any_change(tmp_path: Path, body: str) -> None:
+    venv = tmp_path / "venv"
+    # a wrong patch id too: the role's checks (main) name every problem in the one failing task
+    proc = _play(tmp_path, body, sglang_version="0.5.23", sglang_patch_id="nixl-abort-v1", sglang_python=str(PY310),
+                 sglang_venv=str(venv), sglang_runtime_path=str(tmp_path / "runtime"))
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert re.search(r"localhost\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", proc.stdout), proc.stdout[-3000:]
+    assert not venv.exists()
+    failure = next(line for line in proc.stdout.splitlines() if "cannot install SGLang" in line)
+    assert f"localhost: Python 3.10 (sglang_python {PY310}, glibc " in failure
+    assert ("cannot install SGLang 0.5.23 (pypi mode): sglang==0.5.23 has wheels for Python 3.11, 3.12, 3.13 only"
+            in failure)
+    assert "Pins that would install there: 0.5.15.post1" in failure
+    if body is MAIN:
+        assert "localhost: sglang_patch_id is nixl-abort-v1, but SGLang 0.5.23 carries nixl-guard-v1" in failure
+
+
+def test_the_pins_python_passes_the_check(tmp_path: Path) -> None:
+    proc = _play(tmp_path, ENTRY, sglang_version="0.5.23", sglang_python=sys.executable,
+                 sglang_venv=str(tmp_path / "venv"))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert re.search(r"localhost\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", proc.stdout), proc.stdout[-3000:]
