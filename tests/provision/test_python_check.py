@@ -5,6 +5,8 @@ point (tasks_from: python) and the role's own checks (main), which name every pr
 from __future__ import annotations
 
 import glob
+import importlib.util
+import json
 import os
 import re
 import shutil
@@ -87,3 +89,32 @@ def test_the_pins_python_passes_the_check(tmp_path: Path) -> None:
                  sglang_venv=str(tmp_path / "venv"))
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert re.search(r"localhost\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", proc.stdout), proc.stdout[-3000:]
+
+
+def _probe(settings: dict) -> dict:
+    """The sglang role's look, run as the pdfleet_probe action sends it."""
+    spec = importlib.util.spec_from_file_location("pdfleet_probe_action",
+                                                  REPO_ROOT / "ansible/plugins/action/pdfleet_probe.py")
+    assert spec and spec.loader
+    action = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(action)
+    program = action.remote_program((REPO_ROOT / "ansible/roles/sglang/files/probe.py").read_text(), "probe.py")
+    proc = subprocess.run([sys.executable, "-I", "-c", program], input=json.dumps(settings) + "\n",
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)["python"]
+
+
+def test_the_look_reports_the_venvs_python_once_it_exists_and_the_runtimes(tmp_path: Path) -> None:
+    venv, runtime = tmp_path / "venv", tmp_path / "runtime"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    (venv / "lib" / "python3.12" / "site-packages").mkdir(parents=True)
+    (runtime / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    settings = {"venv": str(venv), "conn_file": "conn.py", "python": "/nonexistent/python3", "runtime": str(runtime)}
+    look = _probe(settings)
+    assert (look["python"], look["python_from"], look["runtime_python"]) == ("3.12", f"the service venv {venv}", "3.11")
+    assert re.fullmatch(r"2\.\d+", look["glibc"]), look
+    shutil.rmtree(venv)  # no venv yet: the interpreter that will make it answers, or its error is reported
+    look = _probe(settings)
+    assert look["python"] == "" and "/nonexistent/python3" in look["python_error"], look
