@@ -4,7 +4,6 @@ point (tasks_from: python) and the role's own checks (main), which name every pr
 
 from __future__ import annotations
 
-import glob
 import importlib.util
 import json
 import os
@@ -16,25 +15,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from otherpython import other_python
 from pdfleet.paths import REPO_ROOT
 
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO_ROOT / ".venv")) / "bin"
 
 
-def _other_python(minor: str) -> str | None:
-    """A real CPython 3.<minor> on this machine (on PATH, or a pyenv build), or None."""
-    found = shutil.which(f"python3.{minor}")
-    candidates = ([found] if found else []) + sorted(glob.glob(os.path.expanduser(
-        f"~/.pyenv/versions/3.{minor}.*/bin/python3.{minor}")))
-    for path in candidates:
-        proc = subprocess.run([path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                              capture_output=True, text=True, check=False)
-        if proc.returncode == 0 and proc.stdout.strip() == f"3.{minor}":
-            return path
-    return None
-
-
-PY310 = _other_python("10")
+PY310 = other_python("10")
 
 
 def _play(tmp_path: Path, body: str, **role_vars: str) -> subprocess.CompletedProcess[str]:
