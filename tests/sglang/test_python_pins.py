@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import email.parser
 import re
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
 from pdfleet.patch import manifest as patches
-from pdfleet.patch.wheels import host_problems, load_pin_wheels, scope, shared_wheels, summarize, wheel_tags
+from pdfleet.patch.wheels import (
+    host_problems,
+    load_pin_wheels,
+    registry_wheels,
+    scope,
+    shared_wheels,
+    summarize,
+    wheel_tags,
+)
 from pdfleet.paths import REPO_ROOT
 from pdfleet.versions import CONSTANTS, PINS
 
@@ -135,3 +144,23 @@ def test_nixl_counts_where_the_nixl_role_installs_from_the_registry() -> None:
     # nixl 1.5.2 requires nixl-cu12==1.5.2 and nixl-cu13==1.5.2, which the registry does not have
     [message] = host_problems("gpu-a", look, "0.5.23", "pypi", with_nixl=True)
     assert "nixl-cu13==1.5.2 has no wheel on the package registry" in message
+
+
+def _fake_pip(output: str) -> tuple[str, ...]:
+    """A stand-in for `python -m pip` that prints `output` whatever it is asked (its arguments are ignored)."""
+    return (sys.executable, "-c", f"print({output!r})", "--")
+
+
+def test_the_registry_listing_keeps_the_releases_wheels_and_fails_when_nothing_was_listed() -> None:
+    out = "\n".join([
+        "  Skipping link: none of the wheel's tags (cp312-cp312-manylinux_2_28_x86_64) are compatible: "
+        "https://h/p/nixl_cu13-1.5.1-cp312-cp312-manylinux_2_28_x86_64.whl (from https://h/simple/nixl-cu13/)",
+        "  Skipping link: none of the wheel's tags (cp312-cp312-manylinux_2_28_x86_64) are compatible: "
+        "https://h/p/nixl_cu13-1.5.2-cp312-cp312-manylinux_2_28_x86_64.whl#sha256=00 (from https://h/simple/)",
+        "  Skipping link: not a file: https://h/p/torch-2.14.1-cp312-cp312-manylinux_2_28_x86_64.whl (from x)",
+    ])
+    assert registry_wheels("nixl-cu13", "1.5.2", _fake_pip(out)) == [
+        "nixl_cu13-1.5.2-cp312-cp312-manylinux_2_28_x86_64.whl"]
+    assert registry_wheels("nixl-cu13", "1.5.9", _fake_pip(out)) == []  # other releases listed: the index was read
+    with pytest.raises(patches.PatchError, match="pip listed no wheel of sglang at all; is the package index"):
+        registry_wheels("sglang", "0.5.23", _fake_pip("ERROR: No matching distribution found for sglang==0.5.23"))

@@ -217,10 +217,14 @@ def registry_wheels(name: str, version: str, pip: tuple[str, ...] = (sys.executa
          "--dest", "/nonexistent/pdfleet", f"{name}=={version}"],
         capture_output=True, text=True, check=False, timeout=300,
     )
-    names = {link.rsplit("/", 1)[-1].split("#", 1)[0] for link in _LINK_RE.findall(proc.stdout + proc.stderr)}
-    prefix = re.sub(r"[-_.]+", "_", name).lower() + "-" + version + "-"
-    return sorted(n for n in names if re.sub(r"[-_.]+", "_", n.split("-", 1)[0]).lower() + "-"
-                  + n.split("-")[1] + "-" == prefix)
+    out = proc.stdout + proc.stderr
+    project = re.sub(r"[-_.]+", "_", name).lower()
+    links = [link.rsplit("/", 1)[-1].split("#", 1)[0] for link in _LINK_RE.findall(out)]
+    mine = [n for n in links if re.sub(r"[-_.]+", "_", n.split("-", 1)[0]).lower() == project]
+    if not mine:  # not one release of the project listed: the index was not read (or the name is wrong)
+        tail = "\n".join(out.strip().splitlines()[-5:])
+        raise PatchError(f"pip listed no wheel of {name} at all; is the package index reachable?\n{tail}")
+    return sorted({n for n in mine if n.split("-")[1] == version})
 
 
 def main(argv: list[str] | None = None) -> int:
