@@ -9,6 +9,7 @@ glibc the sim's bookworm image has), copied into the sim host at the same path, 
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,7 @@ def test_a_sim_host_with_python_3_10_is_refused_before_anything_changes(tmp_path
                                 "-e", f"nixl_python={PY310}", check=False)
         assert proc.returncode != 0, proc.stdout[-4000:]
         failure = next(line for line in proc.stdout.splitlines() if "cannot install SGLang" in line)
+        print(f"\nthe refusal: {failure.strip()}", file=sys.stderr)
         assert f"node1: Python 3.10 (sglang_python {PY310}, glibc 2.36) cannot install SGLang 0.5.23 (sim mode)" \
             in failure
         assert "sglang==0.5.23 has wheels for Python 3.11, 3.12, 3.13 only" in failure
