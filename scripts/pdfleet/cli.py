@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -20,7 +21,7 @@ from pdfleet.ops import cli as ops_cli
 from pdfleet.patch import cli as patchcli
 from pdfleet.patch import status as patchstatus
 from pdfleet.plandoc import plan_document
-from pdfleet.planner import Plan
+from pdfleet.planner import Plan, hardware_facts
 from pdfleet.render import render_plan
 from pdfleet.rollout import cli as rollout_cli
 from pdfleet.sim import cli as sim_cli
@@ -43,7 +44,24 @@ def plan_table(plan: Plan) -> str:
             f"(patch {plan.sglang['patch']})  CUDA {plan.cuda['version']}  router {plan.router_url}")
     cmds = "\n".join(f"{u.host}/{u.name}: {u.exec_start_line}" for u in plan.units())
     table = format_table(["host", "unit", "role", "CUDA_VISIBLE_DEVICES", "ports"], rows)
-    return f"{head}\n\n{table}\n\nlaunch commands:\n{cmds}"
+    return f"{head}\n\n{table}\n\n{hardware_text(plan)}\n\nlaunch commands:\n{cmds}"
+
+
+def hardware_text(plan: Plan) -> str:
+    """The pin's hardware facts the plan applied, each with its SGLang file and condition (plan.hardware_facts)."""
+    version = str(plan.sglang["version"])
+    lines = [f"hardware facts (SGLang {version}, from its patch manifest; set on the units below):"]
+    for f in plan.hardware_facts:
+        lines.append(f"  compute capability {f['compute_capability']}: {f['kind']} {f['setting']} on "
+                     f"{', '.join(map(str, f['units']))}  [{f['file']}]")
+        lines += textwrap.wrap(str(f["condition"]), 112, initial_indent="      ", subsequent_indent="      ")
+    applied = {str(f["compute_capability"]) for f in plan.hardware_facts}
+    known = hardware_facts(version)
+    for cc in sorted({str(spec.get("compute_capability")) for spec in plan.host_specs.values()} - applied):
+        lines.append(f"  compute capability {cc}: " + (
+            "none needed (the manifest's findings say why)" if cc in known
+            else "the manifest has no section for it: nothing is set"))
+    return "\n".join(lines)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 
 from pdfleet.clusterspec import ClusterSpec, InstanceSpec, parse_cluster
 from pdfleet.errors import PlanError, Problem
+from pdfleet.patch import manifest as patches
+from pdfleet.paths import PATCH_DIR, REPO_ROOT
 from pdfleet.versions import CUDA_DRIVER_FLOORS, CUDA_FLOOR, SUPPORTED_LOG_LEVELS, UCX_TLS_ALIASES, version_tuple
 
 PD_PROFILES = ("pd-4p4d", "pd-multinode")
@@ -65,6 +67,8 @@ class Plan:
     router_url: str
     hosts: dict[str, list[Unit]]
     host_specs: dict[str, dict[str, object]] = field(default_factory=dict)  # what each GPU host should have
+    # The pin's hardware facts (its manifest's `hardware` section) applied to the units, each with its source.
+    hardware_facts: list[dict[str, object]] = field(default_factory=list)
 
     def units(self) -> list[Unit]:
         return [u for units in self.hosts.values() for u in units]
@@ -117,6 +121,7 @@ def check_rules(
     problems += _check_roles(c)
     problems += _check_versions(c, supported_patches)
     problems += _check_heartbeat(c)
+    problems += _check_hardware_limits(c)
     return problems
 
 
@@ -348,6 +353,40 @@ def _check_versions(c: ClusterSpec, supported_patches: Mapping[str, str]) -> lis
     return out
 
 
+def _last_value(args: list[str], flag: str) -> str | None:
+    """The value argparse would keep for ``flag`` (its last ``--flag V`` or ``--flag=V``)."""
+    found = None
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif a.startswith(flag + "="):
+            found = a.split("=", 1)[1]
+    return found
+
+
+def _check_hardware_limits(c: ClusterSpec) -> list[Problem]:
+    """A server argument above what the pin allows on a host's GPUs (the manifest's ``hardware.<cc>.limits``)."""
+    facts = hardware_facts(c.sglang.version)
+    out: list[Problem] = []
+    for idx, inst in enumerate(c.instances):
+        hw = facts.get(c.hosts[inst.host].compute_capability) if inst.host in c.hosts else None
+        for lim in hw.limits if hw else ():
+            raw = _last_value(c.model.server_args + inst.extra_args, lim.flag)
+            if inst.role not in lim.roles or raw is None or not re.fullmatch(r"-?\d+", raw):
+                continue
+            if int(raw) > lim.max or int(raw) < 0:
+                in_extra = _last_value(inst.extra_args, lim.flag) is not None
+                variable = (f"pdfleet_cluster.instances[{idx}].extra_args" if in_extra
+                            else "pdfleet_cluster.model.server_args")
+                out.append(Problem(
+                    variable, f"{lim.flag} {raw} on {inst.name}: SGLang {c.sglang.version} on compute capability "
+                    f"{hw.compute_capability} sends an extend batch above {lim.max} tokens to a kernel these GPUs "
+                    f"lack ({lim.file}; see the hardware section of its patch manifest)",
+                    f"set {lim.flag} between 1 and {lim.max} or leave it out (the manifest says why SGLang's "
+                    "default is below it), or pin an SGLang version that guards it", host=inst.host))
+    return out
+
+
 def _check_absolute(c: ClusterSpec) -> list[Problem]:
     """Paths in the model section (and the service venv) must be absolute: a relative one resolves against
     whatever directory a unit, Ansible or the control machine happens to run in."""
@@ -399,9 +438,38 @@ def _required_transports(c: ClusterSpec, host: str) -> list[str]:
     return out
 
 
+def hardware_facts(version: str) -> dict[str, patches.HardwareFacts]:
+    """The pin's facts per compute capability, from its patch manifest (none for a version without one)."""
+    try:
+        return patches.load_manifest(version).hardware or {}
+    except patches.UnsupportedVersionError:
+        return {}
+
+
+def _applied_facts(c: ClusterSpec, facts: Mapping[str, patches.HardwareFacts]) -> list[dict[str, object]]:
+    """Each fact that reaches at least one worker unit, with the units, the wheel file and the condition."""
+    out: list[dict[str, object]] = []
+    manifest = str((PATCH_DIR / c.sglang.version / patches.MANIFEST_FILE).relative_to(REPO_ROOT))
+    for cc, hw in sorted(facts.items()):
+        insts = [i for i in c.instances if c.hosts[i.host].compute_capability == cc]
+        entries: list[tuple[str, str, patches.EnvFact | patches.FlagFact | patches.LimitFact]] = [
+            *(("env", f"{f.name}={f.value}", f) for f in hw.env),
+            *(("flag", " ".join(f.args), f) for f in hw.flags),
+            *(("limit", f"{f.flag} <= {f.max}", f) for f in hw.limits)]
+        for kind, setting, f in entries:
+            units = [f"pdfleet-{i.name}" for i in insts if i.role in f.roles]
+            if units:
+                out.append({"compute_capability": cc, "kind": kind, "setting": setting, "roles": list(f.roles),
+                            "units": units, "file": f.file, "condition": f.condition,
+                            "manifest": manifest})
+    return out
+
+
 def _plan(c: ClusterSpec, inventory_hosts: Mapping[str, str]) -> Plan:
     hosts: dict[str, list[Unit]] = {name: [] for name in inventory_hosts}
-    workers = [_worker_unit(c, inst, inventory_hosts[inst.host]) for inst in c.instances]
+    facts = hardware_facts(c.sglang.version)
+    workers = [_worker_unit(c, inst, inventory_hosts[inst.host], facts.get(c.hosts[inst.host].compute_capability))
+               for inst in c.instances]
     for unit in workers:
         hosts[unit.host].append(unit)
     router = _router_unit(c, inventory_hosts[c.router.host], workers)
@@ -415,10 +483,11 @@ def _plan(c: ClusterSpec, inventory_hosts: Mapping[str, str]) -> Plan:
         router_url=router.url,
         hosts={h: units for h, units in hosts.items() if units},
         host_specs={name: asdict(spec) for name, spec in c.hosts.items()},
+        hardware_facts=_applied_facts(c, facts),
     )
 
 
-def _worker_unit(c: ClusterSpec, inst: InstanceSpec, address: str) -> Unit:
+def _worker_unit(c: ClusterSpec, inst: InstanceSpec, address: str, hw: patches.HardwareFacts | None) -> Unit:
     module = "pdfleet.simworker" if c.sglang.launcher == "sim" else "sglang.launch_server"
     argv = [f"{c.sglang.venv}/bin/python", "-m", module,
             "--model-path", c.model.path,
@@ -429,6 +498,9 @@ def _worker_unit(c: ClusterSpec, inst: InstanceSpec, address: str) -> Unit:
             "--enable-metrics", "--log-level", c.sglang.log_level]
     env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in inst.gpus),
            "HF_HOME": f"{c.service.state_dir}/hf", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    if hw is not None:  # what the pin needs on this host's GPUs (before nixl.extra_env, which may override)
+        env |= hw.env_for(inst.role)
+        argv += hw.args_for(inst.role)
     if inst.role in ("prefill", "decode"):
         argv += ["--disaggregation-mode", inst.role, "--disaggregation-transfer-backend", "nixl"]
         if inst.bootstrap_port is not None:

@@ -30,6 +30,8 @@ PARTS = {
     3: "non-fatal GUARD check: an unexpected leading frame or malformed message is logged and skipped",
 }
 _REQUIRED_KEYS = ("version", "patch_id", "file", "pristine_sha256", "patched_sha256", "parts", "upstream")
+WORKER_ROLES = ("prefill", "decode", "mono")
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 
 
 class PatchError(PdfleetError):
@@ -50,6 +52,55 @@ class UnsupportedVersionError(PatchError):
 
 
 @dataclass(frozen=True)
+class EnvFact:
+    """One environment variable a pin needs on a GPU family, with the wheel file and condition it rests on."""
+
+    name: str
+    value: str
+    roles: tuple[str, ...]  # worker roles whose units get it
+    file: str  # the file inside the wheel (sglang/...) that holds the condition
+    condition: str
+
+
+@dataclass(frozen=True)
+class FlagFact:
+    """Server arguments a pin needs on a GPU family (appended to the units' command lines)."""
+
+    args: tuple[str, ...]
+    roles: tuple[str, ...]
+    file: str
+    condition: str
+
+
+@dataclass(frozen=True)
+class LimitFact:
+    """The largest value a server argument may take on a GPU family (the planner refuses more, and -1)."""
+
+    flag: str
+    max: int
+    roles: tuple[str, ...]
+    file: str
+    condition: str
+
+
+@dataclass(frozen=True)
+class HardwareFacts:
+    """What a pin needs on the GPUs of one compute capability (the manifest's ``hardware.<cc>``)."""
+
+    compute_capability: str
+    env: tuple[EnvFact, ...]
+    flags: tuple[FlagFact, ...]
+    findings: tuple[str, ...]  # what was checked and needs nothing, with its file
+    limits: tuple[LimitFact, ...] = ()
+
+    def env_for(self, role: str) -> dict[str, str]:
+        return {f.name: f.value for f in self.env if role in f.roles}
+
+    def args_for(self, role: str) -> list[str]:
+        return [a for f in self.flags if role in f.roles for a in f.args]
+
+
+@dataclass(frozen=True)
 class PatchManifest:
     """One version's manifest, with the path of its patch file."""
 
@@ -62,6 +113,8 @@ class PatchManifest:
     upstream_parts: tuple[int, ...]
     upstream_note: str
     patch_path: Path
+    # compute capability -> facts; None when the manifest has no `hardware` section (no decision made yet)
+    hardware: dict[str, HardwareFacts] | None = None
 
 
 def default_patches_dir() -> Path:
@@ -121,7 +174,70 @@ def load_manifest(version: str, patches_dir: Path | None = None) -> PatchManifes
         upstream_parts=tuple(int(p) for p in upstream.get("parts") or ()),
         upstream_note=str(upstream.get("note", "")),
         patch_path=patch_path,
+        hardware=_load_hardware(manifest_path, data.get("hardware")),
     )
+
+
+def _roles(where: str, raw: object) -> tuple[str, ...]:
+    roles = tuple(str(r) for r in raw) if isinstance(raw, list) else ()
+    if not roles or not set(roles) <= set(WORKER_ROLES):
+        raise PatchError(f"{where}: roles must be a non-empty list of {', '.join(WORKER_ROLES)}, got {raw!r}")
+    return roles
+
+
+def _text(where: str, entry: dict, key: str) -> str:
+    value = entry.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise PatchError(f"{where}: {key} must be a non-empty string (the wheel file and the condition it rests on)")
+    return value.strip()
+
+
+def _load_hardware(path: Path, raw: object) -> dict[str, HardwareFacts] | None:
+    """The ``hardware`` section: {compute capability: {env: [...], flags: [...], findings: [...]}}."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise PatchError(f"{path}: hardware must map a compute capability (e.g. \"12.0\") to env, flags, findings")
+    out: dict[str, HardwareFacts] = {}
+    for cc, section in raw.items():
+        where = f"{path}: hardware.{cc}"
+        if not re.fullmatch(r"\d+\.\d+", str(cc)) or not isinstance(section, dict):
+            raise PatchError(f"{where}: key must be a quoted compute capability such as \"12.0\" with a mapping")
+        unknown = sorted(set(section) - {"env", "flags", "limits", "findings"})
+        missing = [k for k in ("env", "flags") if not isinstance(section.get(k), list)]
+        if unknown or missing:
+            raise PatchError(f"{where}: needs lists env and flags (empty when none; say why in findings); "
+                             f"unknown keys {unknown}, missing {missing}")
+        env: list[EnvFact] = []
+        for i, e in enumerate(section["env"]):
+            w = f"{where}.env[{i}]"
+            if not isinstance(e, dict) or not _ENV_NAME.fullmatch(str(e.get("name", ""))) or "value" not in e:
+                raise PatchError(f"{w}: needs name (an environment variable), value, roles, file, condition")
+            env.append(EnvFact(name=str(e["name"]), value=str(e["value"]), roles=_roles(w, e.get("roles")),
+                               file=_text(w, e, "file"), condition=_text(w, e, "condition")))
+        names = [f.name for f in env]
+        if len(set(names)) != len(names):
+            raise PatchError(f"{where}.env: a variable is listed twice: {names}")
+        flags: list[FlagFact] = []
+        for i, f in enumerate(section["flags"]):
+            w = f"{where}.flags[{i}]"
+            args = f.get("args") if isinstance(f, dict) else None
+            if not isinstance(args, list) or not args or not str(args[0]).startswith("--"):
+                raise PatchError(f"{w}: needs args (a list starting with a --flag), roles, file, condition")
+            flags.append(FlagFact(args=tuple(str(a) for a in args), roles=_roles(w, f.get("roles")),
+                                  file=_text(w, f, "file"), condition=_text(w, f, "condition")))
+        limits: list[LimitFact] = []
+        for i, lim in enumerate(section.get("limits") or []):
+            w = f"{where}.limits[{i}]"
+            if (not isinstance(lim, dict) or not str(lim.get("flag", "")).startswith("--")
+                    or not isinstance(lim.get("max"), int)):
+                raise PatchError(f"{w}: needs flag (a --flag), max (an integer), roles, file, condition")
+            limits.append(LimitFact(flag=str(lim["flag"]), max=int(lim["max"]), roles=_roles(w, lim.get("roles")),
+                                    file=_text(w, lim, "file"), condition=_text(w, lim, "condition")))
+        out[str(cc)] = HardwareFacts(compute_capability=str(cc), env=tuple(env), flags=tuple(flags),
+                                     findings=tuple(str(x).strip() for x in section.get("findings") or ()),
+                                     limits=tuple(limits))
+    return out
 
 
 def extract_from_wheel(wheel: Path, member: str, dest: Path) -> Path:

@@ -136,6 +136,26 @@ def sglang_wheel(version: str, cache: Path | None = None, python: str | None = N
     return wheel
 
 
+def pure_wheel(project: str, version: str, cache: Path | None = None, python: str | None = None) -> Path:
+    """The cached ``project==version`` py3-none-any wheel (e.g. flashinfer_python, read by
+    pdfleet.patch.hwprobe), downloaded (``pip download --no-deps``) when missing."""
+    cache = cache or default_wheel_cache()
+    stem = project.replace("-", "_")
+    pattern = f"{stem}-{version}-py3-none-any.whl"
+    found = sorted(cache.glob(pattern))
+    if found:
+        return found[0]
+    cache.mkdir(parents=True, exist_ok=True)
+    _log(f"downloading the {project}=={version} wheel into {cache}")
+    _run([python or sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+          "--disable-pip-version-check", "-d", str(cache), f"{project}=={version}"],
+         f"downloading {project}=={version}")
+    found = sorted(cache.glob(pattern))
+    if not found:
+        raise RuntimeBuildError(f"pip downloaded no {pattern} into {cache}")
+    return found[0]
+
+
 @dataclass(frozen=True)
 class Runtime:
     """Paths of a built runtime (see the module docstring for the layout)."""
