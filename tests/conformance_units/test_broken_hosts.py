@@ -18,6 +18,7 @@ import pytest
 from conformance import test_conformance as checks
 from pdfleet.conformance import Expectations, load
 from pdfleet.paths import REPO_ROOT
+from pdfleet.versions import PINS
 
 HOST = "gpu01"
 UCX_OK = "# Transport: tcp\n# Device: lo\n# Transport: cuda_ipc\n# Transport: cuda_copy\n"
@@ -39,7 +40,7 @@ class FakeHost:
         "-F license nvidia": Out(stdout="Dual MIT/GPL\n"),
         "nvcc --version": Out(stdout=NVCC_OK),
         "ucx_info": Out(stdout=UCX_OK),
-        "import importlib.metadata as m, nixl": Out(stdout="1.5.2\n"),
+        "import importlib.metadata as m, nixl": Out(stdout=f"{PINS['nixl_version']}\n"),
     })
     services: dict[str, tuple[bool, bool]] = field(default_factory=dict)  # name -> (enabled, running)
     closed_ports: set[int] = field(default_factory=set)
@@ -103,7 +104,8 @@ def test_nixl_ucx_transport_missing(target: Any, expectations: Expectations, mis
 def test_nixl_not_importable(target: Any, expectations: Expectations) -> None:
     broken = FakeHost()
     broken.commands["import importlib.metadata as m, nixl"] = Out(rc=1, stderr="ModuleNotFoundError: nixl")
-    assert "expected nixl 1.5.2" in _fails_naming_host(checks.test_nixl_and_ucx, target, broken, expectations)
+    failure = _fails_naming_host(checks.test_nixl_and_ucx, target, broken, expectations)
+    assert f"expected nixl {PINS['nixl_version']}" in failure
 
 
 def test_proprietary_kernel_module(target: Any) -> None:

@@ -13,6 +13,7 @@ from pdfleet.clusterspec import HostSpec
 from pdfleet.inventory import load_inventory
 from pdfleet.planner import build_plan
 from pdfleet.sim import aptrepo
+from pdfleet.versions import PINS
 
 ROLE_VARS = Path(__file__).resolve().parents[2] / "ansible/roles/nvidia_driver/vars/main.yml"
 EXAMPLES = Path(__file__).resolve().parents[2] / "inventory" / "examples"
@@ -63,7 +64,7 @@ def test_repository_is_signed_and_indexed(tmp_path: Path) -> None:
     assert "Package: nvidia-modprobe\nVersion: 590.48.01-1" in packages
     assert (repo / "InRelease").read_text().startswith("-----BEGIN PGP SIGNED MESSAGE-----")
     assert "BEGIN PGP PUBLIC KEY BLOCK" in (repo / aptrepo.KEY_NAME).read_text()
-    assert (tmp_path / "www/pip/nixl_cu13-1.5.2-py3-none-any.whl").is_file()
+    assert (tmp_path / f"www/pip/nixl_cu13-{PINS['nixl_version']}-py3-none-any.whl").is_file()
     for path in ("ubuntu2204", "ubuntu2404"):  # NVIDIA's Ubuntu paths beside it, signed by the same key
         ubuntu = tmp_path / "www" / path / "x86_64"
         index = (ubuntu / "Packages").read_text()

@@ -113,8 +113,7 @@ def test_the_pypi_stack_resolves_where_the_facts_say_it_installs(distribution: s
 @pytest.mark.long
 @pytest.mark.parametrize("version", [
     pytest.param("0.5.15.post1"),
-    # sglang 0.5.23's wheel requires tokenizers==0.23.2; constants.yml's overlay installs 0.23.3 (--no-deps)
-    pytest.param("0.5.23", marks=pytest.mark.xfail(strict=True, reason="overlay tokenizers==0.23.3, wheel 0.23.2")),
+    pytest.param("0.5.23"),  # found by this test: the overlay installed tokenizers 0.23.3 where the wheel pins 0.23.2
 ])
 def test_the_overlay_requirements_install_with_the_pin(version: str, tmp_path: Path) -> None:
     """The sim runtime installs the overlays with --no-deps on the golden image's Python: only a resolution shows

@@ -54,6 +54,8 @@ from email.utils import formatdate
 from functools import partial
 from pathlib import Path
 
+from pdfleet.versions import PINS
+
 from .hosttypes import DEFAULT_CACHE_DIR, SimError
 
 STANDIN = "pdfleet sim stand-in"
@@ -76,7 +78,7 @@ DRIVER_VERSIONS: tuple[str, ...] = ("580.95.05", "580.105.08")
 NEWER_BRANCH_MODPROBE = "590.48.01"
 CUDA_TOOLKITS: dict[str, str] = {"13.0": "13.0.2", "12.8": "12.8.1"}
 UCX_VERSION = "1.19.0"
-NIXL_VERSIONS: tuple[str, ...] = ("1.5.2",)
+NIXL_VERSIONS: tuple[str, ...] = (str(PINS["nixl_version"]),)  # the pin (constants.yml)
 DEBIAN_REVISION = "-1"  # NVIDIA's Debian 12 packages (and its CUDA toolkits everywhere) are versioned <upstream>-1
 MODULE_LICENSE = "Dual MIT/GPL"  # what `modinfo nvidia` shows for the open kernel module
 
