@@ -3,14 +3,13 @@ hosts' stand-in nvidia-smi answering in that layout from its hardware state."""
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from pdfleet import gpu_peers
 from pdfleet.sim import aptrepo
+from standin_smi import stand_in_nvidia_smi
 
 LEGEND = ("\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n  CNS  = Chipset not supported\n  GNS  = GPU not supported\n"
           "  TNS  = Topology not supported\n  NS   = Not supported\n  DR   = Disabled by regkey\n  U    = Unknown\n")
@@ -104,17 +103,9 @@ def test_nvidia_smi_failing_or_missing_gpus_is_a_problem() -> None:
 
 
 def _stand_in(tmp_path: Path, hardware: dict[str, object], *args: str) -> subprocess.CompletedProcess[str]:
-    """Run the stand-in nvidia-smi of the sim repository with its host paths moved under tmp_path."""
-    (tmp_path / "run").mkdir(exist_ok=True)
-    (tmp_path / "run" / "version").write_text("580.95.05\n")
-    (tmp_path / "hardware.json").write_text(json.dumps(hardware))
-    script = (aptrepo._fill(aptrepo.NVIDIA_SMI, VERSION="580.95.05")
-              .replace("/run/pdfleet-sim/nvidia/version", str(tmp_path / "run" / "version"))
-              .replace("/etc/pdfleet-sim/hardware.json", str(tmp_path / "hardware.json")))
-    path = tmp_path / "nvidia-smi"
-    path.write_text(script)
-    return subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, timeout=30,
-                          check=False)
+    """Run the stand-in nvidia-smi of the sim repository on this machine, with ``hardware``."""
+    path = stand_in_nvidia_smi(tmp_path / "smi", **hardware)
+    return subprocess.run([str(path), *args], capture_output=True, text=True, timeout=30, check=False)
 
 
 def test_stand_in_answers_in_the_driver_layout(tmp_path: Path) -> None:
