@@ -15,7 +15,7 @@ from pdfleet.clusterspec import ClusterSpec, InstanceSpec, parse_cluster
 from pdfleet.errors import PlanError, Problem
 from pdfleet.patch import manifest as patches
 from pdfleet.paths import PATCH_DIR, REPO_ROOT
-from pdfleet.ucx import concrete_transports, unknown_words, valid_names
+from pdfleet.ucx import concrete_transports, misplaced_words, unknown_words, valid_names
 from pdfleet.versions import CUDA_DRIVER_FLOORS, CUDA_FLOOR, SUPPORTED_LOG_LEVELS, version_tuple
 
 PD_PROFILES = ("pd-4p4d", "pd-multinode")
@@ -430,13 +430,17 @@ def _check_cuda(c: ClusterSpec) -> list[Problem]:
 def _check_ucx_tls(c: ClusterSpec) -> list[Problem]:
     """Every word of UCX_TLS is one of UCX's transports or aliases (pdfleet.ucx): UCX ignores a word it does not
     know, and the KV transfers may then silently run over another transport."""
+    out: list[Problem] = []
     bad = unknown_words(c.nixl.ucx_tls)
-    if not bad:
-        return []
-    words = ", ".join(repr(w) for w in bad)
-    return [Problem("pdfleet_cluster.nixl.ucx_tls", f"{c.nixl.ucx_tls!r}: {words} "
-                    f"{'is not a UCX transport or alias' if len(bad) == 1 else 'are not UCX transports or aliases'}",
-                    f"use UCX's names: {valid_names()}")]
+    if bad:
+        words = ", ".join(repr(w) for w in bad)
+        what = "is not a UCX transport or alias" if len(bad) == 1 else "are not UCX transports or aliases"
+        out.append(Problem("pdfleet_cluster.nixl.ucx_tls", f"{c.nixl.ucx_tls!r}: {words} {what}",
+                           f"use UCX's names: {valid_names()}"))
+    if misplaced_words(c.nixl.ucx_tls):
+        out.append(Problem("pdfleet_cluster.nixl.ucx_tls", f"{c.nixl.ucx_tls!r}: UCX reads 'all' only on its own",
+                           "write all alone (every transport), or list the transports without it"))
+    return out
 
 
 def _required_transports(c: ClusterSpec, host: str) -> list[str]:

@@ -51,6 +51,11 @@ def test_two_typos_are_named_together() -> None:
         _plan("warpdrive,cuda_ipc,hyperlane")
 
 
+def test_all_stands_alone() -> None:
+    with pytest.raises(PlanError, match="'all,cuda_ipc': UCX reads 'all' only on its own"):
+        _plan("all,cuda_ipc")
+
+
 def test_required_transports_follow_ucx_reading() -> None:
     prefill = next(u for u in _plan("rc,ud_verbs:aux,cuda_copy,tcp").hosts["gpu01"] if u.role == "prefill")
     assert prefill.required_transports == ["cuda_copy", "tcp", "cuda_ipc"]  # aliases, aux words left out
