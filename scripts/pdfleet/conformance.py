@@ -3,7 +3,8 @@
 The checks themselves are the pytest-testinfra suite in ``tests/conformance`` (SSH to each host, the
 inventory's ssh_config); this module holds what they share, kept free of pytest so it is unit-tested on its
 own: reading the inventory into per-host targets with their expectations, and turning what a host reports
-(nvidia-smi, dpkg, ucx_info, nvcc) into a list of differences, each naming the host, what it found and what
+(nvidia-smi, dpkg, ucx_info, nvcc; GPU peer access is judged by pdfleet.gpu_peers, which the nixl role uses
+too) into a list of differences, each naming the host, what it found and what
 the plan expects.
 
     pdfleet conformance -i inventory/sim          # = pytest tests/conformance --inventory inventory/sim
@@ -196,6 +197,13 @@ def required_transports(units: Sequence[Unit]) -> tuple[set[str], set[str]]:
         tls |= set(u.required_transports)
         devices |= set(u.ucx_net_devices)
     return tls, devices
+
+
+def pd_gpus(units: Sequence[Unit]) -> tuple[list[int], list[int]]:
+    """(prefill GPUs, decode GPUs) of one host's planned units: the pairs whose peer access the KV path needs."""
+    prefill = sorted({g for u in units if u.role == "prefill" for g in u.gpus})
+    decode = sorted({g for u in units if u.role == "decode" for g in u.gpus})
+    return prefill, decode
 
 
 def nvcc_release(stdout: str) -> str | None:

@@ -15,7 +15,8 @@ from pdfleet.clusterspec import ClusterSpec, InstanceSpec, parse_cluster
 from pdfleet.errors import PlanError, Problem
 from pdfleet.patch import manifest as patches
 from pdfleet.paths import PATCH_DIR, REPO_ROOT
-from pdfleet.versions import CUDA_DRIVER_FLOORS, CUDA_FLOOR, SUPPORTED_LOG_LEVELS, UCX_TLS_ALIASES, version_tuple
+from pdfleet.ucx import concrete_transports, misplaced_words, unknown_words, valid_names
+from pdfleet.versions import CUDA_DRIVER_FLOORS, CUDA_FLOOR, SUPPORTED_LOG_LEVELS, version_tuple
 
 PD_PROFILES = ("pd-4p4d", "pd-multinode")
 _ENV_REF = re.compile(r"\$\{[A-Z][A-Z0-9_]*\}")  # left for systemd to expand from an EnvironmentFile
@@ -122,6 +123,7 @@ def check_rules(
     problems += _check_versions(c, supported_patches)
     problems += _check_heartbeat(c)
     problems += _check_hardware_limits(c)
+    problems += _check_ucx_tls(c)
     return problems
 
 
@@ -425,14 +427,29 @@ def _check_cuda(c: ClusterSpec) -> list[Problem]:
     return out
 
 
+def _check_ucx_tls(c: ClusterSpec) -> list[Problem]:
+    """Every word of UCX_TLS is one of UCX's transports or aliases (pdfleet.ucx): UCX ignores a word it does not
+    know, and the KV transfers may then silently run over another transport."""
+    out: list[Problem] = []
+    bad = unknown_words(c.nixl.ucx_tls)
+    if bad:
+        words = ", ".join(repr(w) for w in bad)
+        what = "is not a UCX transport or alias" if len(bad) == 1 else "are not UCX transports or aliases"
+        out.append(Problem("pdfleet_cluster.nixl.ucx_tls", f"{c.nixl.ucx_tls!r}: {words} {what}",
+                           f"use UCX's names: {valid_names()}"))
+    if misplaced_words(c.nixl.ucx_tls):
+        out.append(Problem("pdfleet_cluster.nixl.ucx_tls", f"{c.nixl.ucx_tls!r}: UCX reads 'all' only on its own",
+                           "write all alone (every transport), or list the transports without it"))
+    return out
+
+
 def _required_transports(c: ClusterSpec, host: str) -> list[str]:
     """Transports `ucx_info -d` must list on `host`: the concrete UCX_TLS words (no aliases, no exclusions), plus
     cuda_ipc where a prefill and a decode share the host (the KV cache moves GPU to GPU over CUDA IPC)."""
     roles = {i.role for i in c.instances if i.host == host}
     if not roles & {"prefill", "decode"}:
         return []
-    words = [w.strip() for w in c.nixl.ucx_tls.split(",")]
-    out = [w for w in words if w and not w.startswith("^") and w not in UCX_TLS_ALIASES]
+    out = concrete_transports(c.nixl.ucx_tls)
     if roles >= {"prefill", "decode"} and "cuda_ipc" not in out:
         out.append("cuda_ipc")
     return out

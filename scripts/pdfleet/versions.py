@@ -35,6 +35,7 @@ DRIVER_HOLD_REGEX: dict[str, re.Pattern[str]] = {
     distro: re.compile(pattern) for distro, pattern in CONSTANTS["driver_hold_regex"].items()
 }
 UCX_TLS_ALIASES: frozenset[str] = frozenset(CONSTANTS["ucx_tls_aliases"])
+UCX_TLS_TRANSPORTS: frozenset[str] = frozenset(CONSTANTS["ucx_tls_transports"])
 # What the simulated hosts install with --no-deps on top of SGLang's CPU runtime, per SGLang version.
 OVERLAY_REQUIREMENTS: dict[str, tuple[str, ...]] = {
     str(k): tuple(v) for k, v in CONSTANTS["overlay_requirements"].items()

@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 
 from pdfleet import conformance as c
-from pdfleet import prune
+from pdfleet import gpu_peers, prune
 
 from .conftest import hosts
 
@@ -86,6 +86,19 @@ def test_nixl_and_ucx(target, node, expectations):
     missing = sorted(tls - c.ucx_transports(ucx.stdout)) + sorted(devices - c.ucx_devices(ucx.stdout))
     assert ucx.rc == 0 and not missing, (f"{target.name}: {ucx_info} -d (rc {ucx.rc}) lacks {', '.join(missing)}; "
                                          f"offered: {', '.join(sorted(c.ucx_transports(ucx.stdout))) or 'none'}")
+
+
+@hosts("workers")
+def test_gpu_peer_access_between_prefill_and_decode(target, node):
+    prefill, decode = c.pd_gpus(target.units)
+    if not (prefill and decode):
+        return  # no KV cache moves GPU to GPU on this host
+    answers = {}
+    for mode in gpu_peers.MODES:
+        out = _run(node, gpu_peers.COMMAND.format(mode=mode))
+        answers[mode] = {"rc": out.rc, "stdout": out.stdout, "stderr": out.stderr}
+    problems = gpu_peers.peer_problems(target.name, answers, prefill, decode)
+    assert not problems, _problems(problems)
 
 
 @hosts("workers")

@@ -150,3 +150,22 @@ def test_router_not_ready(target: Any, expectations: Expectations, router_stub: 
     checks.test_router_ready(target, local)
     router_stub["status"] = 503
     assert "answers 503" in _fails_naming_host(checks.test_router_ready, target, local)
+
+
+def _peer_matrix(status: str) -> str:
+    """`nvidia-smi topo -p2p` of eight GPUs, `status` between GPUs 0-3 and 4-7 (the driver's layout)."""
+    cell = lambda i, j: "X" if i == j else ("OK" if i // 4 == j // 4 else status)  # noqa: E731
+    return (" \t" + "".join(f"GPU{j}\t" for j in range(8)) + "\n"
+            + "".join(f" GPU{i}\t" + "".join(cell(i, j) + "\t" for j in range(8)) + "\n" for i in range(8))
+            + "\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n  NS   = Not supported\n")
+
+
+def test_gpu_peer_access_off(target: Any) -> None:
+    healthy = FakeHost()
+    healthy.commands["nvidia-smi topo -p2p"] = Out(stdout=_peer_matrix("OK"))
+    checks.test_gpu_peer_access_between_prefill_and_decode(target, healthy)
+    broken = FakeHost()
+    broken.commands["nvidia-smi topo -p2p"] = Out(stdout=_peer_matrix("NS"))
+    msg = _fails_naming_host(checks.test_gpu_peer_access_between_prefill_and_decode, target, broken)
+    assert "peer read (`nvidia-smi topo -p2p r`) is not OK for 32 of the 32" in msg
+    assert "peer write" in msg and "NS (Not supported): GPU0->GPU4" in msg and "ACS" in msg

@@ -65,7 +65,7 @@ CONVERGE_GATES = {
                       "__nvidia_driver_gpus_checked and not __nvidia_driver_gpus_as_pinned"),
     "cuda_toolkit": ("__cuda_toolkit_problems | length > 0",
                      "__cuda_toolkit_nvcc_checked and not __cuda_toolkit_nvcc_as_pinned"),
-    "nixl": ("__nixl_problems | length > 0",),
+    "nixl": ("__nixl_problems | length > 0", "__nixl_gpu_peer_problems | length > 0"),
     "sglang": ("__sglang_input_problems | length > 0", "__sglang_patch_differs | bool"),
     "model": ("__model_input_problems | length > 0", "__model_staged"),
     "pdfleet_units": ("pdfleet_units_remove_unplanned | bool and __pdfleet_units_removals.stale | length > 0",),

@@ -90,7 +90,8 @@ def test_filter_plugin_does_not_import_the_heavy_runtime() -> None:
 def test_shared_constants_are_written_once() -> None:
     """The values of constants.yml appear in no role's tasks, defaults or vars (comments and docs aside)."""
     needles = [versions.RECORD_NAME, versions.MODEL_MANIFEST_NAME, versions.PINS["nixl_version"],
-               versions.PINS["cuda_driver_version"], versions.PINS["sglang_router_version"], "rc_x, ud_x",
+               versions.PINS["cuda_driver_version"], versions.PINS["sglang_router_version"], "ud_v, ud_x",
+               "cuda_copy, cuda_ipc, gdr_copy",
                *(p.pattern for p in versions.DRIVER_HOLD_REGEX.values())]
 
     def code(f: Path) -> str:

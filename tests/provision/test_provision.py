@@ -4,6 +4,7 @@ Boot, and the reboot decision on a driver pin change."""
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from pathlib import Path
 
@@ -50,6 +51,15 @@ def _wrong_pin_inventory(cluster: ScratchCluster, tmp_path: Path) -> Path:
     return inv
 
 
+HW = "/etc/pdfleet-sim/hardware.json"
+
+
+def _set_hw(key: str, value: object) -> str:
+    """A shell command that sets one key of the simulated hardware (the stand-in nvidia-smi reads it at every call)."""
+    code = f"import json; p = {HW!r}; d = json.load(open(p)); d[{key!r}] = {value!r}; json.dump(d, open(p, 'w'))"
+    return f"python3 -c {shlex.quote(code)}"
+
+
 # (break on the host, repair, the message conformance must print)
 BREAKS = {
     "unheld-package": ("apt-mark unhold nvidia-smi", "apt-mark hold nvidia-smi",
@@ -60,6 +70,9 @@ BREAKS = {
                         "sed -i 's/\"gpu_count\": 8/\"gpu_count\": 7/' /etc/pdfleet-sim/hardware.json",
                         "mv /root/hw.bak /etc/pdfleet-sim/hardware.json",
                         "node1: nvidia-smi lists 7 GPUs, expected 8"),
+    "gpu-peer-access-off": (f"cp {HW} /root/hw.p2p && {_set_hw('p2p', 'NS')}",
+                            f"mv /root/hw.p2p {HW}",
+                            "node1: peer read (`nvidia-smi topo -p2p r`) is not OK for 32 of the 32 prefill/decode"),
     "missing-model-file": ("mv /srv/models/DeepSeek-V4-Flash/tokenizer.json /root/tok.bak",
                            "mv /root/tok.bak /srv/models/DeepSeek-V4-Flash/tokenizer.json",
                            "node1: model file /srv/models/DeepSeek-V4-Flash/tokenizer.json is missing"),
@@ -122,6 +135,25 @@ def test_secure_boot_fails_clearly_and_changes_nothing(provisioned: ScratchClust
     assert proc.returncode != 0
     assert "node1: Secure Boot is enabled" in proc.stdout, proc.stdout[-4000:]
     assert "Nothing was changed on this host" in proc.stdout and "disable Secure Boot" in proc.stdout
+    assert before == after
+
+
+def test_gpu_peer_access_off_stops_the_nixl_role_before_any_change(provisioned: ScratchCluster) -> None:
+    assert provisioned.ssh(f"cp {HW} /root/hw.pairs && {_set_hw('p2p_pairs', {'2-6': 'NS'})}").returncode == 0
+    try:
+        before = _host_state(provisioned)
+        proc = provisioned.playbook(PROVISION, check=False)
+        after = _host_state(provisioned)
+    finally:
+        provisioned.ssh(f"mv /root/hw.pairs {HW}")
+    assert proc.returncode != 0
+    assert "Check GPU peer read and write between the prefill and decode GPUs" in proc.stdout, proc.stdout[-4000:]
+    for word in ("read", "write"):
+        assert (f"node1: peer {word} (`nvidia-smi topo -p2p {word[0]}`) is not OK for 2 of the 32 prefill/decode GPU "
+                "pairs (prefill GPU0,GPU1,GPU2,GPU3, decode GPU4,GPU5,GPU6,GPU7): NS (Not supported): GPU2->GPU6, "
+                "GPU6->GPU2;") in proc.stdout, proc.stdout[-4000:]
+    assert "iommu=pt" in proc.stdout and "Nothing was changed on this host" in proc.stdout
+    assert recap(proc.stdout, "node1")["changed"] == 0
     assert before == after
 
 

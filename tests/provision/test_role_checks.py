@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from pdfleet.paths import REPO_ROOT
+from standin_smi import stand_in_nvidia_smi
 
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO_ROOT / ".venv")) / "bin"
 
@@ -68,3 +69,21 @@ def test_sglang_checks_name_a_wrong_patch_id_and_a_missing_wheel(tmp_path: Path)
     failure = next(line for line in out.splitlines() if "carries nixl-abort-v2" in line)
     assert "localhost: sglang_patch_id is nixl-abort-v0, but SGLang 0.5.15.post1 carries nixl-abort-v2" in failure
     assert "localhost: sglang_install_mode=sim needs sglang_sim_wheel" in failure
+
+
+def test_nixl_checks_gpu_peer_access_before_any_change(tmp_path: Path) -> None:
+    smi = stand_in_nvidia_smi(tmp_path / "hw", p2p_pairs={"1-5": "NS"})  # one prefill/decode pair without P2P
+    out = _run_role(tmp_path, "nixl", f"""\
+        nixl_venv: {tmp_path / "venv"}
+        nixl_prefill_gpus: [0, 1]
+        nixl_decode_gpus: [4, 5]
+        nixl_nvidia_smi: {smi}
+        """)
+    failure = next(line for line in out.splitlines() if "prefill/decode GPU pairs" in line)
+    for word in ("read", "write"):
+        expected = (f"localhost: peer {word} (`nvidia-smi topo -p2p {word[0]}`) is not OK for 2 of the 8 "
+                    "prefill/decode GPU pairs (prefill GPU0,GPU1, decode GPU4,GPU5): "
+                    "NS (Not supported): GPU1->GPU5, GPU5->GPU1;")
+        assert expected in failure
+    assert "turn off PCIe ACS" in failure and "Nothing was changed on this host." in failure
+    assert not (tmp_path / "venv").exists()

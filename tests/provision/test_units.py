@@ -97,10 +97,10 @@ def test_holds_and_versions() -> None:
 
 
 def test_required_transports_are_planned_fields() -> None:
-    # single-host PD: concrete UCX_TLS words (no aliases like sm, no exclusions) plus cuda_ipc
+    # single-host PD: concrete UCX_TLS words (no aliases like sm, no auxiliary-only words) plus cuda_ipc
     inv = load_inventory(EXAMPLES / "pd-4p4d")
     cluster = copy.deepcopy(inv.shared_var("pdfleet_cluster"))
-    cluster["nixl"]["ucx_tls"] = "tcp,sm,^cma"
+    cluster["nixl"]["ucx_tls"] = "tcp,sm,ud_verbs:aux"
     plan = build_plan(cluster, inv.hosts, supported_patches())
     tls, devices = c.required_transports(plan.hosts["gpu01"])
     assert tls == {"tcp", "cuda_ipc"} and devices == set()

@@ -10,7 +10,9 @@ programs imitate the real ones on top of the simulated hardware:
 
 * ``nvidia-smi`` reports the GPUs of ``/etc/pdfleet-sim/hardware.json`` (written by the sim play of
   provision.yml: 8x "NVIDIA RTX PRO 6000 Blackwell Server Edition", 97887 MiB, compute capability 12.0)
-  with the version of the *loaded* module, and fails like the real one when no module is loaded or the
+  with the version of the *loaded* module, and their peer access (``topo -p2p r|w|n|a|p``, in the driver's
+  matrix layout: ``p2p`` for every pair, ``p2p_pairs`` {"i-j": "NS"} for some; ``topo -m``), and fails like
+  the real one when no module is loaded or the
   loaded module and the library differ ("Driver/library version mismatch");
 * the kernel module is "loaded" at boot only (a oneshot unit copies the installed module's data to
   ``/run/pdfleet-sim/nvidia``), so a driver change needs a reboot exactly as on real hosts;
@@ -89,6 +91,8 @@ DEFAULT_HARDWARE: dict[str, object] = {
     "gpu_memory_mib": 97887,
     "compute_capability": "12.0",
     "secure_boot": False,
+    "p2p": "OK",  # `nvidia-smi topo -p2p` status of every GPU pair (e.g. NS: ACS/IOMMU turned peer access off)
+    "p2p_pairs": {},  # {"0-4": "NS"}: the status of single pairs, both directions
 }
 
 
@@ -136,6 +140,38 @@ if query is not None:
 elif "-L" in args:
     for g in gpus:
         print(f"GPU {g['index']}: {g['name']} (UUID: {g['uuid']})")
+elif args[:2] == ["topo", "-p2p"]:
+    # The driver's layout (a tab after every cell, a space before each row) and legend. Peer access comes from
+    # hardware.json: "p2p" for every pair, "p2p_pairs" {"i-j": status} for a pair (both directions); no NVLink.
+    if len(args) < 3 or args[2] not in ("r", "w", "n", "a", "p"):
+        print('Option "-p2p" is missing its value.' if len(args) < 3 else "Invalid combination of input arguments. "
+              "Please run 'nvidia-smi -h' for help.")
+        sys.exit(2)
+    pairs = {tuple(sorted(int(x) for x in k.split("-"))): v for k, v in dict(hw.get("p2p_pairs") or {}).items()}
+    def cell(i, j):
+        if i == j:
+            return "X"
+        if args[2] == "n":
+            return "NS"
+        return pairs.get(tuple(sorted((i, j))), hw.get("p2p", "OK"))
+    n = len(gpus)
+    print(" \t" + "".join(f"GPU{j}\t" for j in range(n)))
+    for i in range(n):
+        print(f" GPU{i}\t" + "".join(f"{cell(i, j)}\t" for j in range(n)))
+    print("\nLegend:\n")
+    for code, meaning in (("X", "Self"), ("OK", "Status Ok"), ("CNS", "Chipset not supported"),
+                          ("GNS", "GPU not supported"), ("TNS", "Topology not supported"), ("NS", "Not supported"),
+                          ("DR", "Disabled by regkey"), ("U", "Unknown")):
+        print(f"  {code:<4} = {meaning}")
+elif args[:2] == ["topo", "-m"]:
+    n = len(gpus)
+    print("\t" + "".join(f"GPU{j}\t" for j in range(n)) + "CPU Affinity\tNUMA Affinity\tGPU NUMA ID")
+    for i in range(n):
+        print(f"GPU{i}\t" + "".join(" X \t" if i == j else ("NODE\t" if i // 4 == j // 4 else "SYS\t")
+                                     for j in range(n)) + f"{0 if i < 4 else 1}\t{0 if i < 4 else 1}\t\tN/A")
+    print("\nLegend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect between "
+          "NUMA nodes (e.g., QPI/UPI)\n  NODE = Connection traversing PCIe as well as the interconnect between PCIe "
+          "Host Bridges within a NUMA node")
 else:
     print("@BANNER@")
     print(f"NVIDIA-SMI {LIB_VERSION}    Driver Version: {driver}    CUDA Version: 13.0")
