@@ -21,6 +21,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -210,13 +211,15 @@ def summarize(name: str, version: str, filenames: list[str]) -> PackageWheels:
 
 
 def registry_wheels(name: str, version: str, pip: tuple[str, ...] = (sys.executable, "-m", "pip")) -> list[str]:
-    """The wheel file names pip finds for ``name==version`` in its configured indexes (one look-up, nothing
-    downloaded: the platform asked for matches no wheel, so pip lists every link and skips them all)."""
-    proc = subprocess.run(
-        [*pip, "download", "--no-deps", "--only-binary=:all:", "-vv", "--platform", "pdfleet_lists_only",
-         "--dest", "/nonexistent/pdfleet", f"{name}=={version}"],
-        capture_output=True, text=True, check=False, timeout=300,
-    )
+    """The wheel file names pip finds for ``name==version`` in its configured indexes (one look-up: the platform
+    asked for matches no binary wheel, so pip lists every link and skips them; a pure-Python wheel matches any
+    platform and is downloaded, into a temporary directory removed at once)."""
+    with tempfile.TemporaryDirectory(prefix="pdfleet-wheels-") as dest:
+        proc = subprocess.run(
+            [*pip, "download", "--no-deps", "--only-binary=:all:", "-vv", "--platform", "pdfleet_lists_only",
+             "--dest", dest, f"{name}=={version}"],
+            capture_output=True, text=True, check=False, timeout=300,
+        )
     out = proc.stdout + proc.stderr
     project = re.sub(r"[-_.]+", "_", name).lower()
     links = [link.rsplit("/", 1)[-1].split("#", 1)[0] for link in _LINK_RE.findall(out)]
