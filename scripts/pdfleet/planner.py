@@ -376,7 +376,7 @@ def _check_hardware_limits(c: ClusterSpec) -> list[Problem]:
             raw = _last_value(c.model.server_args + inst.extra_args, lim.flag)
             if inst.role not in lim.roles or raw is None or not re.fullmatch(r"-?\d+", raw):
                 continue
-            if int(raw) > lim.max or int(raw) < 0:
+            if int(raw) > lim.max or int(raw) < 1:  # SGLang reads 0 and -1 alike: no chunking
                 in_extra = _last_value(inst.extra_args, lim.flag) is not None
                 variable = (f"pdfleet_cluster.instances[{idx}].extra_args" if in_extra
                             else "pdfleet_cluster.model.server_args")

@@ -132,7 +132,7 @@ def test_a_chunked_prefill_above_the_limit_is_refused_on_the_old_pin_only() -> N
     def prefill_args(*args: str) -> dict:
         return {"instances": [dict(BASE["instances"][0], extra_args=list(args)), BASE["instances"][1]]}
 
-    for args in (["--chunked-prefill-size", "16384"], ["--chunked-prefill-size=-1"]):
+    for args in (["--chunked-prefill-size", "16384"], ["--chunked-prefill-size=-1"], ["--chunked-prefill-size", "0"]):
         with pytest.raises(PlanError) as err:
             _plan(**prefill_args(*args))
         text = str(err.value)

@@ -214,3 +214,5 @@ def test_the_floor_counts_only_sessions_killed_before_their_first_token() -> Non
     assert abort_floor(Settings(min_abort_events=1, min_abort_share=0.5), 3) == 2
     assert abort_floor(Settings(min_abort_events=4, min_abort_share=0.5), 3) == 4
     assert abort_floor(Settings(min_abort_share=0.5), 0) == Settings().min_abort_events
+    # --min-abort-events 0 asks for no evidence: the share does not bring it back (the run is incomplete instead)
+    assert abort_floor(Settings(min_abort_events=0, min_abort_share=0.5), 60) == 0

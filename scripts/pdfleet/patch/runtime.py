@@ -197,6 +197,7 @@ class Runtime:
         return (
             _stamp_ok(self.base, _base_hash())
             and (self.overlay(version) / STAMP).is_file()
+            and (self.router / STAMP).is_file()
             and self.conn_file(version, True).is_file()
         )
 

@@ -166,7 +166,10 @@ def journal_command(unit: str, since_epoch: float) -> str:
 
 def abort_floor(s: Settings, killed_waiting: int | None) -> int:
     """The handled ABORTs a PD run needs: ``min_abort_events``, and at least ``min_abort_share`` of the sessions
-    the cascade killed before their first token (``killed_waiting``; None when the cascade did not report it)."""
+    the cascade killed before their first token (``killed_waiting``; None when the cascade did not report it).
+    ``--min-abort-events 0`` asks for no evidence (the run is then incomplete, see report.py): no share either."""
+    if s.min_abort_events == 0:
+        return 0
     share = math.ceil(s.min_abort_share * killed_waiting - 1e-9) if killed_waiting else 0
     return max(s.min_abort_events, share)
 
