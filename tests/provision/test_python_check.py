@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from otherpython import other_python
+from pdfleet.patch.manifest import load_manifest
 from pdfleet.paths import REPO_ROOT
 
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO_ROOT / ".venv")) / "bin"
@@ -68,7 +69,8 @@ def test_a_python_the_pin_has_no_wheel_for_is_refused_before_any_change(tmp_path
             in failure)
     assert "Pins that would install there: 0.5.15.post1" in failure
     if body is MAIN:
-        assert "localhost: sglang_patch_id is nixl-abort-v1, but SGLang 0.5.23 carries nixl-guard-v1" in failure
+        carried = load_manifest("0.5.23").patch_id
+        assert f"localhost: sglang_patch_id is nixl-abort-v1, but SGLang 0.5.23 carries {carried}" in failure
 
 
 def test_the_pins_python_passes_the_check(tmp_path: Path) -> None:

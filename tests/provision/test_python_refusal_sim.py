@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from otherpython import other_python
+from pdfleet.patch.manifest import load_manifest
 from simcluster import scratch_cluster, skip_reason
 
 HERE = Path(__file__).parent
@@ -29,7 +30,7 @@ def test_a_sim_host_with_python_3_10_is_refused_before_anything_changes(tmp_path
     assert PY310 is not None
     prefix = Path(PY310).parent.parent  # .../3.10.13
     with scratch_cluster(tmp_path) as cluster:
-        cluster.set_model("sglang", version="0.5.23", patch="nixl-guard-v1")
+        cluster.set_model("sglang", version="0.5.23", patch=load_manifest("0.5.23").patch_id)
         cluster.playbook(HERE / "sim_only.yml")
         # the interpreter, its shared library and standard library (not its tests or installed packages)
         tar = subprocess.Popen(["tar", "-C", "/", "-c", "--exclude=test", "--exclude=site-packages",
