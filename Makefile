@@ -1,19 +1,31 @@
 # pdfleet: the two commands a newcomer runs (both do all set-up themselves, on a fresh Debian/Ubuntu host):
 #   make site   - create the simulated cluster and run site.yml on it (root)
-#   make test   - run the test suite
+#   make test   - run the test suite (make test-long: the long tier, on demand)
 VENV ?= .venv
 STAMP := $(VENV)/.pdfleet-installed
 PYTHON ?= python3
 PYTEST_ARGS ?=
 
-.PHONY: site test setup host-packages lint clean-sim
+.PHONY: site test test-long setup host-packages lint clean-sim
 
 site: setup
 	$(VENV)/bin/ansible-playbook site.yml
 
+# Every run of the suite prints its 25 slowest tests and leaves a JUnit XML under reports/ (CI keeps both).
+PYTEST_REPORT = --durations=25 --junitxml=reports/junit.xml
+
 test: setup
 	@$(VENV)/bin/python tests/preflight.py
-	@$(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; \
+	@mkdir -p reports
+	@$(VENV)/bin/pytest $(PYTEST_REPORT) $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pdfleet: pytest collected no tests: that is a failure" >&2; fi; exit $$rc
+
+# The long tier: extra depth (other distributions, the pypi install mode, the whole fault catalogue, ...).
+# Never the only proof of a claim: each claim the README makes is proved by `make test`.
+test-long: setup
+	@$(VENV)/bin/python tests/preflight.py
+	@mkdir -p reports
+	@$(VENV)/bin/pytest -m long --durations=25 --junitxml=reports/junit-long.xml $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pdfleet: pytest collected no tests: that is a failure" >&2; fi; exit $$rc
 
 lint: setup
