@@ -22,9 +22,11 @@ stack, ...) carries ``@pytest.mark.mutates``. Such tests
 from __future__ import annotations
 
 import difflib
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from simcluster import SITE, ScratchCluster, recap, scratch_cluster, skip_reason, wait_for
@@ -32,10 +34,11 @@ from simcluster import SITE, ScratchCluster, recap, scratch_cluster, skip_reason
 MUTATES = "mutates"
 CONVERGE_S = pytest.StashKey[float]()
 BASELINE = pytest.StashKey[str]()
+BASELINE_MODEL = pytest.StashKey[bytes]()
 MUTATED = pytest.StashKey[bool]()
 BROKEN = pytest.StashKey[str]()
 # How long units restarted by a test (or a reboot) may take to be active and the router ready again.
-SETTLE_S = 240
+SETTLE_S = 180
 
 # What a converge owns on the one host, read in one SSH round trip: contents and modes of the files the roles
 # write, the package selections (holds included), the loaded driver, the patched conn.py, the model files and
@@ -56,12 +59,19 @@ systemctl list-units --all --plain --no-legend --no-pager 'pdfleet-*' prometheus
 """
 
 
+def _model_path(cluster: ScratchCluster) -> Path:
+    return cluster.inventory / "group_vars" / "all" / "cluster.yml"
+
+
 def host_state(cluster: ScratchCluster) -> str:
     """What a converge decides on the host, plus the scratch inventory's model (see _HOST_STATE)."""
-    proc = cluster.ssh(_HOST_STATE, timeout=120)
-    assert proc.returncode == 0, f"node1: reading the host state failed: {proc.stderr[-2000:]}"
-    model = (cluster.inventory / "group_vars" / "all" / "cluster.yml").read_text()
-    return f"{proc.stdout}--- scratch inventory group_vars/all/cluster.yml ---\n{model}"
+    try:
+        proc = cluster.ssh(_HOST_STATE, timeout=120)
+        host = proc.stdout if proc.returncode == 0 else f"node1: reading the host state failed: {proc.stderr[-2000:]}"
+    except subprocess.TimeoutExpired:
+        host = "node1: reading the host state timed out (120 s)"
+    model = _model_path(cluster).read_text()
+    return f"{host}--- scratch inventory group_vars/all/cluster.yml ---\n{model}"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -97,6 +107,7 @@ def converged(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Con
         pytestconfig.stash[CONVERGE_S] = time.monotonic() - t0
         print(f"\nshared one-host sim converged in {pytestconfig.stash[CONVERGE_S]:.0f} s", file=sys.stderr)
         pytestconfig.stash[BASELINE] = host_state(cluster)
+        pytestconfig.stash[BASELINE_MODEL] = _model_path(cluster).read_bytes()
         yield cluster
         if pytestconfig.stash.get(MUTATED, False) and BROKEN not in pytestconfig.stash:
             # The tests that changed the cluster put it back: one more converge is a no-op.
@@ -132,11 +143,16 @@ def _shared_sim_put_back(request: pytest.FixtureRequest) -> Iterator[None]:
     baseline = config.stash[BASELINE]
     try:
         wait_for("the host state of right after the converge", lambda: host_state(cluster) == baseline, SETTLE_S, 5)
-        cluster.wait_ready(SETTLE_S)
-        return
     except AssertionError:
         difference = _difference(baseline, host_state(cluster))
-    # Converge again so that the tests after this one start from the converged state.
+    else:
+        try:
+            cluster.wait_ready(SETTLE_S)
+            return
+        except AssertionError as exc:
+            difference = f"the router is not ready again: {exc}"
+    # The inventory and a converge again, so that the tests after this one start from the converged state.
+    _model_path(cluster).write_bytes(config.stash[BASELINE_MODEL])
     try:
         cluster.playbook(SITE, "--skip-tags", "verify")
         cluster.wait_ready(SETTLE_S)
