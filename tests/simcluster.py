@@ -1,6 +1,7 @@
 """A throwaway simulated cluster for integration tests: a scratch copy of inventory/sim on its own bridge,
 subnet and state directory (so it never touches a cluster a person started with `make site`), converged by
-the real site.yml, and always torn down, also when a test fails. Shared by tests/sim and tests/provision."""
+the real site.yml, and always torn down, also when a test fails. The default suite's one converged one-host sim
+is tests/conftest.py's fixture `converged`."""
 
 from __future__ import annotations
 
@@ -95,6 +96,18 @@ class ScratchCluster:
         data = yaml.safe_load(path.read_text())
         data["pdfleet_cluster"].setdefault(section, {}).update(values)
         path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    @contextmanager
+    def model_changed(self, section: str, **values: object) -> Iterator[None]:
+        """set_model for the duration of a with block; then the scratch inventory's cluster.yml is put back byte
+        for byte (a test that changes the shared sim must leave it as it found it: tests/conftest.py)."""
+        path = self.inventory / "group_vars" / "all" / "cluster.yml"
+        before = path.read_bytes()
+        self.set_model(section, **values)
+        try:
+            yield
+        finally:
+            path.write_bytes(before)
 
     def chat(self, prompt: str, timeout: float = 30) -> dict:
         """One non-streaming chat completion through the router; raises on HTTP errors and time-outs."""

@@ -1,6 +1,8 @@
-"""Provisioning on a scratch sim cluster: the driver, CUDA and NIXL roles run for real against the stand-in
-repository; idempotence, check mode, conformance (passing, and failing precisely on broken hosts), Secure
-Boot, and the reboot decision on a driver pin change."""
+"""Provisioning on the shared converged one-host sim (tests/conftest.py): the driver, CUDA and NIXL roles ran for
+real against the stand-in repository; conformance (passing, and failing precisely on broken hosts), Secure Boot,
+and the reboot decision on a driver pin change. The idempotence and check-mode tests of the whole site.yml are
+in tests/sim/test_site.py (one converge for both suites). Tests marked ``mutates`` run last and put back what they
+change."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from simcluster import SITE, ScratchCluster, recap
+from simcluster import ScratchCluster, recap
 
 from .conftest import PROVISION
 
@@ -20,24 +22,13 @@ PIN, NEW_PIN = "580.95.05", "580.105.08"
 CONN_PATCH = Path(__file__).resolve().parents[2] / "ansible/roles/sglang/files/patches/0.5.15.post1/nixl-conn.patch"
 
 
-def test_second_run_changes_nothing(provisioned: ScratchCluster) -> None:
-    proc = provisioned.playbook()
-    assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]
-    assert recap(proc.stdout, "localhost")["changed"] == 0, proc.stdout[-4000:]
-
-
-def test_check_mode_on_a_converged_cluster(provisioned: ScratchCluster) -> None:
-    proc = provisioned.playbook(SITE, "--check", "--diff")
-    assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]
-
-
-def test_pinning_keeps_the_newer_branch_out(provisioned: ScratchCluster) -> None:
-    policy = provisioned.ssh("apt-cache policy nvidia-modprobe").stdout
+def test_pinning_keeps_the_newer_branch_out(converged: ScratchCluster) -> None:
+    policy = converged.ssh("apt-cache policy nvidia-modprobe").stdout
     assert f"Candidate: {PIN}-1" in policy and "590.48.01-1" in policy, policy
 
 
-def test_conformance_passes(provisioned: ScratchCluster) -> None:
-    proc = provisioned.conformance()
+def test_conformance_passes(converged: ScratchCluster) -> None:
+    proc = converged.conformance()
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
 
 
@@ -79,37 +70,39 @@ BREAKS = {
 }
 
 
+@pytest.mark.mutates
 @pytest.mark.parametrize("name", sorted(BREAKS))
-def test_conformance_names_a_broken_host(provisioned: ScratchCluster, name: str) -> None:
+def test_conformance_names_a_broken_host(converged: ScratchCluster, name: str) -> None:
     breaking, repair, message = BREAKS[name]
-    assert provisioned.ssh(breaking).returncode == 0
+    assert converged.ssh(breaking).returncode == 0
     try:
-        proc = provisioned.conformance()
+        proc = converged.conformance()
     finally:
-        assert provisioned.ssh(repair).returncode == 0
+        assert converged.ssh(repair).returncode == 0
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert message in proc.stdout, proc.stdout[-4000:]
     if name == "stopped-unit":
-        provisioned.wait_ready()
+        converged.wait_ready()
 
 
-def test_conformance_names_an_unpatched_conn_py(provisioned: ScratchCluster) -> None:
-    conn = provisioned.ssh("python3 -c \"import json; print(json.load(open('/opt/pdfleet/venv/pdfleet-record.json'))"
+@pytest.mark.mutates
+def test_conformance_names_an_unpatched_conn_py(converged: ScratchCluster) -> None:
+    conn = converged.ssh("python3 -c \"import json; print(json.load(open('/opt/pdfleet/venv/pdfleet-record.json'))"
                            "['file'])\"").stdout.strip()
     patch = CONN_PATCH.read_text()
     reverse = f"cat > /root/conn.patch <<'EOF'\n{patch}EOF\npatch -R {conn} /root/conn.patch"
-    assert provisioned.ssh(reverse).returncode == 0
+    assert converged.ssh(reverse).returncode == 0
     try:
-        proc = provisioned.conformance()
+        proc = converged.conformance()
     finally:
-        assert provisioned.ssh(f"patch -N {conn} /root/conn.patch").returncode == 0
+        assert converged.ssh(f"patch -N {conn} /root/conn.patch").returncode == 0
     assert proc.returncode == 1
     assert f"node1: {conn} has sha256 ed76c2c2" in proc.stdout, proc.stdout[-4000:]
     assert "the patched file of SGLang 0.5.15.post1" in proc.stdout
 
 
-def test_conformance_names_a_wrong_driver_version(provisioned: ScratchCluster, tmp_path: Path) -> None:
-    proc = provisioned.conformance(_wrong_pin_inventory(provisioned, tmp_path))
+def test_conformance_names_a_wrong_driver_version(converged: ScratchCluster, tmp_path: Path) -> None:
+    proc = converged.conformance(_wrong_pin_inventory(converged, tmp_path))
     assert proc.returncode == 1
     assert f"node1: the running driver is {PIN}, the pin is {NEW_PIN}" in proc.stdout, proc.stdout[-4000:]
     assert f"node1: package nvidia-smi is at {PIN}-1, not the pinned {NEW_PIN}" in proc.stdout
@@ -121,31 +114,32 @@ def _host_state(cluster: ScratchCluster) -> str:
                        "/etc/modprobe.d; md5sum /etc/apt/preferences.d/*; cat /run/pdfleet-sim/nvidia/version").stdout
 
 
-def test_secure_boot_fails_clearly_and_changes_nothing(provisioned: ScratchCluster) -> None:
+@pytest.mark.mutates
+def test_secure_boot_fails_clearly_and_changes_nothing(converged: ScratchCluster) -> None:
     hw = "/etc/pdfleet-sim/hardware.json"
-    provisioned.ssh(f"cp {hw} /root/hw.sb && sed -i 's/\"secure_boot\": false/\"secure_boot\": true/' {hw}")
-    provisioned.set_model("cuda", driver_version=NEW_PIN)  # a change the role would otherwise make
+    converged.ssh(f"cp {hw} /root/hw.sb && sed -i 's/\"secure_boot\": false/\"secure_boot\": true/' {hw}")
     try:
-        before = _host_state(provisioned)
-        proc = provisioned.playbook(PROVISION, check=False)
-        after = _host_state(provisioned)
+        with converged.model_changed("cuda", driver_version=NEW_PIN):  # a change the role would otherwise make
+            before = _host_state(converged)
+            proc = converged.playbook(PROVISION, check=False)
+            after = _host_state(converged)
     finally:
-        provisioned.set_model("cuda", driver_version=PIN)
-        provisioned.ssh(f"mv /root/hw.sb {hw}")
+        converged.ssh(f"mv /root/hw.sb {hw}")
     assert proc.returncode != 0
     assert "node1: Secure Boot is enabled" in proc.stdout, proc.stdout[-4000:]
     assert "Nothing was changed on this host" in proc.stdout and "disable Secure Boot" in proc.stdout
     assert before == after
 
 
-def test_gpu_peer_access_off_stops_the_nixl_role_before_any_change(provisioned: ScratchCluster) -> None:
-    assert provisioned.ssh(f"cp {HW} /root/hw.pairs && {_set_hw('p2p_pairs', {'2-6': 'NS'})}").returncode == 0
+@pytest.mark.mutates
+def test_gpu_peer_access_off_stops_the_nixl_role_before_any_change(converged: ScratchCluster) -> None:
+    assert converged.ssh(f"cp {HW} /root/hw.pairs && {_set_hw('p2p_pairs', {'2-6': 'NS'})}").returncode == 0
     try:
-        before = _host_state(provisioned)
-        proc = provisioned.playbook(PROVISION, check=False)
-        after = _host_state(provisioned)
+        before = _host_state(converged)
+        proc = converged.playbook(PROVISION, check=False)
+        after = _host_state(converged)
     finally:
-        provisioned.ssh(f"mv /root/hw.pairs {HW}")
+        converged.ssh(f"mv /root/hw.pairs {HW}")
     assert proc.returncode != 0
     assert "Check GPU peer read and write between the prefill and decode GPUs" in proc.stdout, proc.stdout[-4000:]
     for word in ("read", "write"):
@@ -161,23 +155,23 @@ def _loads(cluster: ScratchCluster) -> list[str]:
     return cluster.ssh("cat /var/lib/pdfleet-sim/nvidia/loads.log").stdout.splitlines()
 
 
-def test_driver_pin_change_reboots_exactly_once(provisioned: ScratchCluster) -> None:
-    loads = len(_loads(provisioned))
-    provisioned.set_model("cuda", driver_version=NEW_PIN)
+@pytest.mark.mutates
+def test_driver_pin_change_reboots_exactly_once(converged: ScratchCluster) -> None:
+    loads = len(_loads(converged))
     try:
-        refused = provisioned.playbook(PROVISION, "-e", "nvidia_driver_reboot_allowed=false", check=False)
-        assert refused.returncode != 0
-        assert (f"node1: reboot required (the loaded kernel module is {PIN}, the installed one {NEW_PIN})"
-                in refused.stdout), refused.stdout[-4000:]
-        assert len(_loads(provisioned)) == loads  # no reboot
-        proc = provisioned.playbook(PROVISION)
-        assert _loads(provisioned)[loads:] == [_loads(provisioned)[-1]] and NEW_PIN in _loads(provisioned)[-1]
-        assert "TASK [nvidia_driver : Reboot for the new driver or kernel]" in proc.stdout
-        again = provisioned.playbook(PROVISION)
-        assert recap(again.stdout, "node1")["changed"] == 0, again.stdout[-4000:]
-        assert len(_loads(provisioned)) == loads + 1
+        with converged.model_changed("cuda", driver_version=NEW_PIN):
+            refused = converged.playbook(PROVISION, "-e", "nvidia_driver_reboot_allowed=false", check=False)
+            assert refused.returncode != 0
+            assert (f"node1: reboot required (the loaded kernel module is {PIN}, the installed one {NEW_PIN})"
+                    in refused.stdout), refused.stdout[-4000:]
+            assert len(_loads(converged)) == loads  # no reboot
+            proc = converged.playbook(PROVISION)
+            assert _loads(converged)[loads:] == [_loads(converged)[-1]] and NEW_PIN in _loads(converged)[-1]
+            assert "TASK [nvidia_driver : Reboot for the new driver or kernel]" in proc.stdout
+            again = converged.playbook(PROVISION)
+            assert recap(again.stdout, "node1")["changed"] == 0, again.stdout[-4000:]
+            assert len(_loads(converged)) == loads + 1
     finally:
-        provisioned.set_model("cuda", driver_version=PIN)
-        provisioned.playbook(PROVISION)  # back to the pin (one more reboot)
-        provisioned.wait_ready()
-    assert NEW_PIN not in provisioned.ssh("nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout
+        converged.playbook(PROVISION)  # back to the pin (one more reboot)
+        converged.wait_ready()
+    assert NEW_PIN not in converged.ssh("nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout

@@ -1,10 +1,14 @@
-"""site.yml on a fresh simulated cluster: it converges, serves through the real router, is idempotent,
-and the sglang role refuses a hand-edited conn.py without touching it."""
+"""site.yml on the shared converged one-host sim (tests/conftest.py): it serves through the real router, a second
+run changes nothing (the suite's one idempotence test) and check mode shows no change (its one check-mode test),
+each stage runs alone with its tag (the verify stage running its protocol), and the roles put back or refuse a
+hand edit. Tests marked ``mutates`` run last and put back what they change."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from pdfleet.patch import manifest as patches
@@ -12,6 +16,17 @@ from pdfleet.paths import REPO_ROOT
 from simcluster import SITE, ScratchCluster, recap, wait_for
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+
+@contextmanager
+def _converge_again_if_it_fails(cluster: ScratchCluster) -> Iterator[None]:
+    """For a test whose own converge puts back what it changed: if a step fails before that, converge anyway (the
+    shared sim must be left converged: tests/conftest.py), then let the failure through."""
+    try:
+        yield
+    except BaseException:
+        cluster.playbook(SITE, "--skip-tags", "verify", check=False)
+        raise
 
 
 def test_completion_through_the_router(converged: ScratchCluster) -> None:
@@ -23,8 +38,10 @@ def test_completion_through_the_router(converged: ScratchCluster) -> None:
 
 
 def test_second_run_changes_nothing(converged: ScratchCluster) -> None:
+    """site.yml again, verification included: nothing changes on the host nor on the control machine."""
     proc = converged.playbook()
-    assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]
+    for host in ("node1", "localhost"):
+        assert recap(proc.stdout, host)["changed"] == 0, proc.stdout[-4000:]
 
 
 def test_check_mode_on_a_converged_cluster(converged: ScratchCluster) -> None:
@@ -32,14 +49,37 @@ def test_check_mode_on_a_converged_cluster(converged: ScratchCluster) -> None:
     assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]
 
 
-@pytest.mark.parametrize("tag", ["preflight", "provision", "deploy", "watchdog", "verify"])
+@pytest.mark.parametrize("tag", ["preflight", "provision", "deploy", "watchdog"])
 def test_each_stage_runs_alone_with_its_tag(converged: ScratchCluster, tag: str) -> None:
     """`--tags <stage>` runs that stage (and the plan it reads) without the others: the plays whose tasks are not
     selected still check their roles' arguments (Ansible tags those checks always), and must not need what an
-    unselected play would have made (the wheel). Check mode: nothing changes, the protocol is not run."""
+    unselected play would have made (the wheel). Check mode: nothing changes. The verify stage is the next test:
+    in check mode its protocol is skipped, so it runs for real there."""
     proc = converged.playbook(SITE, "--tags", tag, "--check")
     assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]
     assert recap(proc.stdout, "node1")["failed"] == 0, proc.stdout[-4000:]
+
+
+PROTOCOL_TASK = "TASK [Run config gate, deep liveness, abort cascades, recovery and benchmark (logs come next)]"
+
+
+def test_the_verify_stage_runs_its_protocol_alone(converged: ScratchCluster) -> None:
+    """`--tags verify` (not in check mode) runs the verification protocol on the converged cluster and nothing of
+    the converge: a new report whose cascade killed sessions and whose checks passed, and no change.
+    That the same stage fails on a wedged cluster is shown in tests/sim/test_wedge.py."""
+    before = set(converged.reports_dir.glob("verify-*.json"))
+    proc = converged.playbook(SITE, "--tags", "verify")  # raises unless the verification passed
+    assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]
+    assert PROTOCOL_TASK in proc.stdout, proc.stdout[-4000:]
+    new = set(converged.reports_dir.glob("verify-*.json")) - before
+    assert len(new) == 1, f"the verify stage wrote {len(new)} reports: {sorted(p.name for p in new)}"
+    report = json.loads(new.pop().read_text())
+    statuses = {c["name"]: c["status"] for c in report["checks"]}
+    assert report["verdict"] == "pass" and report["ok"] is True, report.get("failures")
+    protocol = ("config", "liveness", "cascade", "recovery", "logs")
+    assert {name: statuses.get(name) for name in protocol} == dict.fromkeys(protocol, "pass"), statuses
+    cascade = next(c for c in report["checks"] if c["name"] == "cascade")
+    assert cascade["measured"]["killed"] > 0, cascade
 
 
 def test_units_run_as_the_unprivileged_user(converged: ScratchCluster) -> None:
@@ -57,6 +97,7 @@ def test_record_matches_the_patched_file(converged: ScratchCluster) -> None:
     assert found == record["sha256"]
 
 
+@pytest.mark.mutates
 def test_drift_fails_and_leaves_the_file_untouched(converged: ScratchCluster) -> None:
     record = json.loads(converged.ssh("cat /opt/pdfleet/venv/pdfleet-record.json").stdout)
     conn = record["file"]
@@ -76,6 +117,7 @@ def test_drift_fails_and_leaves_the_file_untouched(converged: ScratchCluster) ->
 SUPERSEDED = REPO_ROOT / "tests" / "sglang" / "superseded"
 
 
+@pytest.mark.mutates
 def test_an_earlier_pdfleet_patch_is_replaced_by_the_current_one(converged: ScratchCluster) -> None:
     """A host converged by an earlier pdfleet carries an earlier patch of the same version: the next converge puts
     the wheel's own conn.py back and patches it (it is no hand edit, so it is not refused)."""
@@ -85,16 +127,17 @@ def test_an_earlier_pdfleet_patch_is_replaced_by_the_current_one(converged: Scra
     swap = (f"cat > /root/current.patch <<'EOF'\n{manifest.patch_path.read_text()}EOF\n"
             f"cat > /root/old.patch <<'EOF'\n{(SUPERSEDED / record['version'] / f'{old_id}.patch').read_text()}EOF\n"
             f"patch -R -s {conn} /root/current.patch && patch -s {conn} /root/old.patch")
-    assert converged.ssh(swap).returncode == 0
-    assert converged.ssh(f"sha256sum {conn}").stdout.split()[0] == old_sha
-    proc = converged.playbook(SITE, "--skip-tags", "verify", check=False)
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    changed = [line.split("[", 1)[1].split("]", 1)[0] for line in _changed_tasks(proc.stdout)]
-    assert "sglang : Put back the wheel's conn.py over an earlier pdfleet patch of this version" in changed, changed
-    assert "sglang : Apply the patch to the pristine conn.py" in changed, changed
-    assert converged.ssh(f"sha256sum {conn}").stdout.split()[0] == manifest.patched_sha256
-    after = json.loads(converged.ssh("cat /opt/pdfleet/venv/pdfleet-record.json").stdout)
-    assert after["patch_id"] == manifest.patch_id and after["sha256"] == manifest.patched_sha256
+    with _converge_again_if_it_fails(converged):
+        assert converged.ssh(swap).returncode == 0
+        assert converged.ssh(f"sha256sum {conn}").stdout.split()[0] == old_sha
+        proc = converged.playbook(SITE, "--skip-tags", "verify", check=False)
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        changed = [line.split("[", 1)[1].split("]", 1)[0] for line in _changed_tasks(proc.stdout)]
+        assert "sglang : Put back the wheel's conn.py over an earlier pdfleet patch of this version" in changed, changed
+        assert "sglang : Apply the patch to the pristine conn.py" in changed, changed
+        assert converged.ssh(f"sha256sum {conn}").stdout.split()[0] == manifest.patched_sha256
+        after = json.loads(converged.ssh("cat /opt/pdfleet/venv/pdfleet-record.json").stdout)
+        assert after["patch_id"] == manifest.patch_id and after["sha256"] == manifest.patched_sha256
 
 
 WATCHDOG_WHEEL_FILE = "/opt/pdfleet-watchdog/venv/lib/python3*/site-packages/pdfleet/watchdog/__init__.py"
@@ -110,28 +153,31 @@ def _fingerprint(cluster: ScratchCluster) -> str:
     return cluster.ssh(f"stat -c '%n %a %U %G' {paths} && sha256sum {paths} && systemctl is-active prometheus").stdout
 
 
+@pytest.mark.mutates
 def test_drift_is_noticed_by_the_one_look_and_put_back(converged: ScratchCluster) -> None:
     """The roles decide "already so" from one look per role: a hand edit of a file, its mode, the installed wheel
     or a stopped service must still be seen and put back by the next converge (and only then is it a no-op)."""
     before = _fingerprint(converged)
     assert "active" in before.splitlines()[-1], before
-    for command in DRIFT:
-        assert converged.ssh(command).returncode == 0, command
-    assert converged.ssh("systemctl stop prometheus").returncode == 0
-    assert _fingerprint(converged) != before
-    proc = converged.playbook(SITE, "--skip-tags", "verify")
-    changed = [line.split("[", 1)[1].split("]", 1)[0] for line in _changed_tasks(proc.stdout)]
-    for task in ("pdfleet_watchdog : Write the unit", "pdfleet_watchdog : Write the plan document the watchdog watches",
-                 "pdfleet_watchdog : Install the pdfleet wheel without dependencies",
-                 "pdfleet_monitoring : Install the pdfleet alert rules (checked by promtool first)",
-                 "pdfleet_monitoring : Enable and start Prometheus",
-                 "model : Write the simulation stand-in (a tokenizer, no weights)"):
-        assert task in changed, f"{task!r} did not run; changed: {changed}"
-    wait_for("prometheus and the watchdog active again",
-             lambda: converged.ssh("systemctl is-active prometheus pdfleet-watchdog").stdout.split()
-             == ["active", "active"], 60)
-    assert _fingerprint(converged) == before
-    assert recap(converged.playbook(SITE, "--skip-tags", "verify").stdout, "node1")["changed"] == 0
+    with _converge_again_if_it_fails(converged):
+        for command in DRIFT:
+            assert converged.ssh(command).returncode == 0, command
+        assert converged.ssh("systemctl stop prometheus").returncode == 0
+        assert _fingerprint(converged) != before
+        proc = converged.playbook(SITE, "--skip-tags", "verify")
+        changed = [line.split("[", 1)[1].split("]", 1)[0] for line in _changed_tasks(proc.stdout)]
+        for task in ("pdfleet_watchdog : Write the unit",
+                     "pdfleet_watchdog : Write the plan document the watchdog watches",
+                     "pdfleet_watchdog : Install the pdfleet wheel without dependencies",
+                     "pdfleet_monitoring : Install the pdfleet alert rules (checked by promtool first)",
+                     "pdfleet_monitoring : Enable and start Prometheus",
+                     "model : Write the simulation stand-in (a tokenizer, no weights)"):
+            assert task in changed, f"{task!r} did not run; changed: {changed}"
+        wait_for("prometheus and the watchdog active again",
+                 lambda: converged.ssh("systemctl is-active prometheus pdfleet-watchdog").stdout.split()
+                 == ["active", "active"], 60)
+        assert _fingerprint(converged) == before
+        assert recap(converged.playbook(SITE, "--skip-tags", "verify").stdout, "node1")["changed"] == 0
 
 
 def _changed_tasks(stdout: str) -> list[str]:
@@ -171,6 +217,7 @@ def _main_pids(cluster: ScratchCluster, units: tuple[str, ...]) -> dict[str, str
     return dict(zip(units, out, strict=True))
 
 
+@pytest.mark.mutates
 def test_a_restart_owed_by_an_interrupted_run_is_made_by_the_next(converged: ScratchCluster) -> None:
     """A run stopped after it changed what the workers run (here the patch record) but before its restart handler
     leaves them on the old code; the next converge sees each unit that started before its files or code last
@@ -178,15 +225,16 @@ def test_a_restart_owed_by_an_interrupted_run_is_made_by_the_next(converged: Scr
     units = ("pdfleet-prefill0", "pdfleet-decode0", "pdfleet-router")
     before = _main_pids(converged, units)
     # What the interrupted run left: the record rewritten after the workers started (same content, newer).
-    assert converged.ssh("sleep 3 && touch -m /opt/pdfleet/venv/pdfleet-record.json").returncode == 0
-    proc = converged.playbook(SITE, "--skip-tags", "verify")
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    restarted = [t for t in _changed_tasks(proc.stdout) if "Restart the units started before" in t]
-    assert restarted, proc.stdout[-4000:]
-    wait_for("the workers active again",
-             lambda: converged.ssh(f"systemctl is-active {' '.join(units)}").stdout.split() == ["active"] * 3, 60)
-    after = _main_pids(converged, units)
-    assert after["pdfleet-prefill0"] != before["pdfleet-prefill0"]
-    assert after["pdfleet-decode0"] != before["pdfleet-decode0"]
-    assert after["pdfleet-router"] == before["pdfleet-router"]
-    assert recap(converged.playbook(SITE, "--skip-tags", "verify").stdout, "node1")["changed"] == 0
+    with _converge_again_if_it_fails(converged):
+        assert converged.ssh("sleep 3 && touch -m /opt/pdfleet/venv/pdfleet-record.json").returncode == 0
+        proc = converged.playbook(SITE, "--skip-tags", "verify")
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        restarted = [t for t in _changed_tasks(proc.stdout) if "Restart the units started before" in t]
+        assert restarted, proc.stdout[-4000:]
+        wait_for("the workers active again",
+                 lambda: converged.ssh(f"systemctl is-active {' '.join(units)}").stdout.split() == ["active"] * 3, 60)
+        after = _main_pids(converged, units)
+        assert after["pdfleet-prefill0"] != before["pdfleet-prefill0"]
+        assert after["pdfleet-decode0"] != before["pdfleet-decode0"]
+        assert after["pdfleet-router"] == before["pdfleet-router"]
+        assert recap(converged.playbook(SITE, "--skip-tags", "verify").stdout, "node1")["changed"] == 0

@@ -1,4 +1,5 @@
-"""Watchdog acceptance on a scratch one-host sim cluster deployed by site.yml's plays (the watchdog and
+"""Watchdog acceptance on the shared converged one-host sim (tests/conftest.py; both tests are marked ``mutates``
+and converge site.yml again at the end) deployed by site.yml's plays (the watchdog and
 Prometheus on the router host): on the pristine stack (apply_patch: false) one unknown frame to each prefill
 bootstrap socket wedges the pair; the watchdog must name it WEDGED within 2 x canary deadline + one interval,
 Prometheus must fire PdfleetPairWedged, and with remediation restart the pair must serve again unattended. On
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 import zmq
-from simcluster import ScratchCluster, wait_for
+from simcluster import SITE, ScratchCluster, wait_for
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.long]
 
@@ -64,9 +65,18 @@ def transition_at(doc: dict[str, Any], to: str, after: float) -> float | None:
     return next((t["at"] for t in doc["transitions"] if t["to"] == to and t["at"] >= after), None)
 
 
-def test_watchdog_on_the_sim(sim_cluster: ScratchCluster) -> None:
-    c = sim_cluster
-    c.set_model("sglang", apply_patch=False)
+@pytest.mark.mutates
+def test_watchdog_on_the_sim(converged: ScratchCluster) -> None:
+    c = converged
+    try:
+        with c.model_changed("sglang", apply_patch=False):
+            _watchdog_on_the_pristine_stack(c)
+    finally:
+        c.playbook(SITE, "--skip-tags", "verify")  # patched again, the watchdog in alert mode: the shared sim back
+        c.wait_ready()
+
+
+def _watchdog_on_the_pristine_stack(c: ScratchCluster) -> None:
     c.playbook(WATCHDOG_SITE)
     c.wait_ready()
     host = "node1"
@@ -108,12 +118,20 @@ def test_watchdog_on_the_sim(sim_cluster: ScratchCluster) -> None:
     assert c.chat("In one sentence, what is PCIe? (second recovery)")["usage"]["completion_tokens"] > 0
 
 
-def test_no_false_alarm_on_the_patched_stack(sim_cluster: ScratchCluster) -> None:
+@pytest.mark.mutates
+def test_no_false_alarm_on_the_patched_stack(converged: ScratchCluster) -> None:
     """Patched: a foreign frame and a verification run with 10 x 250 abort cascades and the benchmark load: no
     transition, no remediation."""
-    c = sim_cluster
+    c = converged
+    try:
+        _no_false_alarm(c)
+    finally:
+        c.playbook(SITE, "--skip-tags", "verify")  # the watchdog back in alert mode: the shared sim back
+        c.wait_ready()
+
+
+def _no_false_alarm(c: ScratchCluster) -> None:
     host = "node1"
-    c.set_model("sglang", apply_patch=True)
     c.playbook(WATCHDOG_SITE, "-e", "pdfleet_watchdog_remediation=restart")
     c.wait_ready()
     c.ssh("systemctl restart pdfleet-watchdog")  # a fresh history for the patched stack

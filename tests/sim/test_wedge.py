@@ -1,7 +1,8 @@
-"""The incident on the simulated cluster, deployed by site.yml: the pinned SGLang unpatched (the explicit
-inventory switch pdfleet_cluster.sglang.apply_patch: false) wedges after one abort cascade — the prefill
-bootstrap thread dies, /health stays 200, new requests hang — and site.yml's verification play fails
-naming the checks; patched, the same cascade leaves it serving and the play passes."""
+"""The incident on the shared converged sim (tests/conftest.py), deployed by site.yml: the pinned SGLang unpatched
+(the explicit inventory switch pdfleet_cluster.sglang.apply_patch: false) wedges after one abort cascade — the
+prefill bootstrap thread dies, /health stays 200, new requests hang — and site.yml's verification play fails
+naming the checks; patched, the same cascade leaves it serving and the play passes. The wedge test is marked
+``mutates`` (it runs last and converges the patched stack again)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from pdfleet.paths import REPO_ROOT
-from simcluster import BIN, ScratchCluster
+from simcluster import BIN, SITE, ScratchCluster
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -26,43 +27,41 @@ def _journal(cluster: ScratchCluster, unit: str) -> str:
     return cluster.ssh(f"journalctl -u {unit} -o cat --no-pager", timeout=60).stdout
 
 
-def test_unpatched_wedges_and_verification_fails(converged: ScratchCluster) -> None:
-    converged.set_model("sglang", apply_patch=False)
-    proc = converged.playbook(check=False)
-    record = json.loads(converged.ssh("cat /opt/pdfleet/venv/pdfleet-record.json").stdout)
-    assert record["patched"] is False
-    # The verification play ran the cascade and failed, naming the checks.
-    assert proc.returncode != 0
-    assert "verification FAIL" in proc.stdout
-    report = converged.latest_report()
-    failed = {f["check"] for f in report["failures"]}
-    assert {"recovery", "logs"} <= failed, report["failures"]
-    assert "recovery" in proc.stdout and "logs" in proc.stdout
-    # The wedge itself: the thread died (in the journal), health still says 200, a new request hangs.
-    assert DEATH in _journal(converged, "pdfleet-prefill0")
-    for role, port in PORTS.items():
-        assert converged.health(f"http://{converged.address}:{port}") == 200, role
-    with pytest.raises((TimeoutError, socket.timeout, urllib.error.URLError)):
-        converged.chat("In one sentence, what is PCIe? (after the cascade)", timeout=15)
+@pytest.mark.mutates
+def test_unpatched_wedges_verification_fails_and_patched_survives(converged: ScratchCluster) -> None:
+    """Unpatched: site.yml's verification fails on the wedge; the verify stage run alone (`--tags verify`, no
+    restart) fails again and names the thread death that predates its run, with its time (issue 11). Patched
+    again (what puts the shared sim back): the same cascade leaves it serving and the verification passes."""
+    try:
+        with converged.model_changed("sglang", apply_patch=False):
+            proc = converged.playbook(check=False)
+            record = json.loads(converged.ssh("cat /opt/pdfleet/venv/pdfleet-record.json").stdout)
+            assert record["patched"] is False
+            # The verification play ran the cascade and failed, naming the checks.
+            assert proc.returncode != 0
+            assert "verification FAIL" in proc.stdout
+            report = converged.latest_report()
+            failed = {f["check"] for f in report["failures"]}
+            assert {"recovery", "logs"} <= failed, report["failures"]
+            assert "recovery" in proc.stdout and "logs" in proc.stdout
+            # The wedge itself: the thread died (in the journal), health still says 200, a new request hangs.
+            assert DEATH in _journal(converged, "pdfleet-prefill0")
+            for role, port in PORTS.items():
+                assert converged.health(f"http://{converged.address}:{port}") == 200, role
+            with pytest.raises((TimeoutError, socket.timeout, urllib.error.URLError)):
+                converged.chat("In one sentence, what is PCIe? (after the cascade)", timeout=15)
 
-
-def test_a_wedge_older_than_the_run_is_named_with_its_time(converged: ScratchCluster, tmp_path: Path) -> None:
-    """Issue 11: verifying the still-wedged cluster again (no restart) names the thread death that predates the
-    run, with its time, from the journal since the unit's last start."""
-    playbook = tmp_path / "verify-only.yml"
-    playbook.write_text("".join(f"- name: {name}\n  ansible.builtin.import_playbook: {REPO_ROOT}/ansible/playbooks/"
-                                f"{name}.yml\n" for name in ("preflight", "verify")))
-    proc = converged.playbook(playbook, check=False)
-    assert proc.returncode != 0 and "verification FAIL" in proc.stdout
-    logs = next(c for c in converged.latest_report()["checks"] if c["name"] == "logs")
-    assert logs["status"] == "fail" and "BEFORE the protocol" in logs["summary"], logs
-    assert logs["measured"]["thread_death_before_protocol"] >= 1
-    assert re.search(r"pdfleet-prefill0 at \d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}", logs["summary"]), logs["summary"]
-
-
-def test_patched_survives_the_same_cascade(converged: ScratchCluster) -> None:
-    converged.set_model("sglang", apply_patch=True)
-    converged.playbook()  # raises unless every play, the verification included, passed
+            # Verifying the still-wedged cluster again, with the verify stage's tag alone.
+            again = converged.playbook(SITE, "--tags", "verify", check=False)
+            assert again.returncode != 0 and "verification FAIL" in again.stdout, again.stdout[-4000:]
+            logs = next(c for c in converged.latest_report()["checks"] if c["name"] == "logs")
+            assert logs["status"] == "fail" and "BEFORE the protocol" in logs["summary"], logs
+            assert logs["measured"]["thread_death_before_protocol"] >= 1
+            assert re.search(r"pdfleet-prefill0 at \d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}", logs["summary"]), \
+                logs["summary"]
+    finally:
+        patched = converged.playbook(check=False)  # the inventory is patched again: converge and verify
+    assert patched.returncode == 0, patched.stdout[-6000:]
     report = converged.latest_report()
     assert report["ok"] is True and report["verdict"] == "pass"
     assert DEATH not in _journal(converged, "pdfleet-prefill0").split("Started pdfleet-prefill0")[-1]
