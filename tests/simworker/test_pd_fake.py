@@ -173,6 +173,7 @@ def test_abort_reaches_every_prefill_rank(kind: str, sim_python: str, fake_env: 
                        "every rank's traceback in the log")
         else:
             assert p.request()[0] == 200
-            assert all(_bootstrap_threads(p.prefill).values())
+            threads = _bootstrap_threads(p.prefill)
+            assert len(threads) == 4 and all(threads.values()), threads
     finally:
         p.close()
