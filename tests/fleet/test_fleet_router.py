@@ -106,11 +106,9 @@ def test_gate_fails_a_wedging_pair(pristine_pd: LocalPD) -> None:
     assert checks["cascade"]["measured"]["killed"] >= 1, checks["cascade"]
     measured = checks["logs"]["measured"]
     assert measured["thread_death"] >= 1 and measured["aborts_handled_by_prefill"] == 0, measured
-    # each death is two lines the check counts: Python's "Exception in thread ... (bootstrap_thread)" and SGLang's
-    # assert, raised in the pristine conn.py (the examples keep the first three lines only: read the log)
+    lines = [d["line"] for d in measured["deaths"] if d["worker"] == "prefill"]
+    # threads dying at once may interleave their reports: any, not all
+    assert any("(bootstrap_thread)" in line or SGLANG_ASSERT in line for line in lines), lines
+    # ... and the assert was raised in the pristine conn.py of the runtime (nothing of ours prints it)
     log = (pd.log_dir / "prefill.log").read_text()
-    deaths = log.count(SGLANG_ASSERT)
-    counted = measured["thread_death"]  # (a rank may die after the check read the log: at most 2 x deaths)
-    assert counted >= 2 and counted % 2 == 0 and counted <= 2 * deaths, (measured, deaths)
-    assert "/pristine/conn.py\", line" in log and "in bootstrap_thread" in log
-    assert "(bootstrap_thread)" in str(checks["logs"]["detail"]["prefill"]["examples"]), checks["logs"]["detail"]
+    assert SGLANG_ASSERT in log and "/pristine/conn.py\", line" in log and "in bootstrap_thread" in log

@@ -159,12 +159,12 @@ def test_watchdog_names_a_real_sglang_wedge(sglang_runtime: Any, router_spec: Ro
     assert data["verdict"] == "fail"
     checks = {c["name"]: c for c in data["checks"]}
     assert checks["logs"]["status"] == "fail", checks["logs"]
-    # each death is two lines the check counts: Python's "Exception in thread ... (bootstrap_thread)" and SGLang's
-    # assert (in the log: the examples keep the first three lines only)
-    deaths = (tmp_path / "pd" / "prefill.log").read_text().count(SGLANG_ASSERT)
-    counted = checks["logs"]["measured"]["thread_death"]  # a rank may die after the check read the log
-    assert counted >= 2 and counted % 2 == 0 and counted <= 2 * deaths, (checks["logs"]["measured"], deaths)
-    assert "(bootstrap_thread)" in str(checks["logs"]["detail"]["prefill"]["examples"]), checks["logs"]["detail"]
+    # the deaths it names are SGLang's thread's (before the protocol or during it): Python's header for the
+    # bootstrap_thread or SGLang's assert (threads dying at once may interleave their reports: any, not all)
+    measured = checks["logs"]["measured"]
+    lines = [d["line"] for d in measured["deaths"] if d["worker"] == "prefill"]
+    assert measured["thread_death"] >= 1 and lines, measured
+    assert any("(bootstrap_thread)" in line or SGLANG_ASSERT in line for line in lines), lines
     assert checks["liveness"]["status"] == "fail", checks["liveness"]
     print(f"verify on the wedged pair: exit {proc.returncode}, failed: {[f['check'] for f in data['failures']]}")
 
