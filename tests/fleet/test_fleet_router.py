@@ -106,7 +106,7 @@ def test_gate_fails_a_wedging_pair(pristine_pd: LocalPD) -> None:
     assert checks["cascade"]["measured"]["killed"] >= 1, checks["cascade"]
     measured = checks["logs"]["measured"]
     assert measured["thread_death"] >= 1 and measured["aborts_handled_by_prefill"] == 0, measured
-    lines = [d["line"] for d in measured["deaths"] if d["worker"] == "prefill"]
+    lines = [d["line"] for d in measured["deaths"]]
     # threads dying at once may interleave their reports: any, not all
     assert any("(bootstrap_thread)" in line or SGLANG_ASSERT in line for line in lines), lines
     # ... and the assert was raised in the pristine conn.py of the runtime (nothing of ours prints it)

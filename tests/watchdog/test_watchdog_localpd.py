@@ -162,7 +162,7 @@ def test_watchdog_names_a_real_sglang_wedge(sglang_runtime: Any, router_spec: Ro
     # the deaths it names are SGLang's thread's (before the protocol or during it): Python's header for the
     # bootstrap_thread or SGLang's assert (threads dying at once may interleave their reports: any, not all)
     measured = checks["logs"]["measured"]
-    lines = [d["line"] for d in measured["deaths"] if d["worker"] == "prefill"]
+    lines = [d["line"] for d in measured["deaths"]]  # the decode has none (asserted by the journal above)
     assert measured["thread_death"] >= 1 and lines, measured
     assert any("(bootstrap_thread)" in line or SGLANG_ASSERT in line for line in lines), lines
     assert checks["liveness"]["status"] == "fail", checks["liveness"]
