@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from pdfleet.paths import REPO_ROOT
 from pdfleet.testing.localpd import LocalPD, RouterSpec, free_port
+from pdfleet.testing.realwedge import SGLANG_VERSION, runtime_pd_env
 
 
 def _can_import(python: str, modules: str) -> bool:
@@ -36,12 +38,11 @@ def router_spec() -> RouterSpec:
     return spec
 
 
-def light_env(wedge: bool = False, tokens_per_s: float = 40.0) -> dict[str, str]:
-    env = {"PYTHONPATH": str(REPO_ROOT / "scripts"), "PDFLEET_SIM_KV_BACKEND": "fake", "PYTHONUNBUFFERED": "1",
-           "PDFLEET_SIM_ABORT_DELAY_S": "0.5", "PDFLEET_SIM_DECODE_TOKENS_PER_S": str(tokens_per_s)}
-    if wedge:
-        env["PDFLEET_SIM_FAKE_ABORT_KILLS_THREAD"] = "1"
-    return env
+def light_env(tokens_per_s: float = 40.0) -> dict[str, str]:
+    """The light KV stand-in, healthy: for the tests about the router steps, not about a wedge (the wedge tests
+    run SGLang's real code: ``pristine_pd``)."""
+    return {"PYTHONPATH": str(REPO_ROOT / "scripts"), "PDFLEET_SIM_KV_BACKEND": "fake", "PYTHONUNBUFFERED": "1",
+            "PDFLEET_SIM_ABORT_DELAY_S": "0.5", "PDFLEET_SIM_DECODE_TOKENS_PER_S": str(tokens_per_s)}
 
 
 @pytest.fixture
@@ -52,18 +53,29 @@ def local_pd(sim_python: str, router_spec: RouterSpec, tmp_path: Path) -> Iterat
         yield pd
 
 
+@contextlib.contextmanager
+def _runtime_pd(router_spec: RouterSpec, log_dir: Path, patched: bool) -> Iterator[LocalPD]:
+    from pdfleet.patch.runtime import ensure_runtime
+
+    rt = ensure_runtime([SGLANG_VERSION])
+    args = ["--prometheus-port", str(free_port()), "--prometheus-host", "127.0.0.1"]
+    with LocalPD([str(rt.python)], log_dir, runtime_pd_env(rt, patched), router_spec, router_args=args,
+                 worker_args=["--log-level", "debug", "--log-level-http", "info"]) as pd:
+        yield pd
+
+
 @pytest.fixture
 def real_pd(router_spec: RouterSpec, tmp_path: Path) -> Iterator[LocalPD]:
     """A pair running SGLang 0.5.15.post1's real NIXL bootstrap code, patched (the CPU runtime, built once when
     missing), logging at debug: the isolated gate's logs check needs the prefill's handled ABORTs, which SGLang
     prints at debug only and the light stand-in never produces."""
-    from pdfleet.patch.runtime import ensure_runtime
+    with _runtime_pd(router_spec, tmp_path / "pd", patched=True) as pd:
+        yield pd
 
-    version = "0.5.15.post1"
-    rt = ensure_runtime([version])
-    env = {**rt.env(version), "PDFLEET_SIM_CONN_FILE": str(rt.conn_file(version, True)),
-           "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"}
-    args = ["--prometheus-port", str(free_port()), "--prometheus-host", "127.0.0.1"]
-    with LocalPD([str(rt.python)], tmp_path / "pd", env, router_spec, router_args=args,
-                 worker_args=["--log-level", "debug", "--log-level-http", "info"]) as pd:
+
+@pytest.fixture
+def pristine_pd(router_spec: RouterSpec, tmp_path: Path) -> Iterator[LocalPD]:
+    """The same pair on SGLang 0.5.15.post1's pristine conn.py: the first decode ABORT kills a prefill rank's
+    bootstrap thread (the incident), with SGLang's own assert and Python's traceback in the prefill's log."""
+    with _runtime_pd(router_spec, tmp_path / "pd", patched=False) as pd:
         yield pd

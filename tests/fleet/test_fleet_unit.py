@@ -141,7 +141,7 @@ def test_drain_and_readd(router: FakeRouter) -> None:
         router.on_chat = route
         ok = fleet.readd(client, pair, res.removed, "m", confirm_timeout_s=5)
         assert ok.confirmed and ok.added == [] and ok.probes == 1  # already listed: nothing added twice
-        assert all(v == 1 for v in ok.after.values())
+        assert ok.after == {u: 1 for u in pair.urls}, ok.after
     finally:
         prefill.stop()
         decode.stop()

@@ -67,7 +67,9 @@ def test_the_plan_document_carries_each_fact_with_its_source() -> None:
 def test_the_guarded_pin_sets_none() -> None:
     plan = _plan("0.5.23")
     assert plan.hardware_facts == []
-    for env in _env(plan).values():
+    envs = _env(plan)
+    assert {"prefill0", "decode0"} <= set(envs), sorted(envs)
+    for env in envs.values():
         assert SPARSE not in env and BACKEND not in env
 
 

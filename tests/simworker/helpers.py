@@ -87,12 +87,16 @@ def pd_request(prefill: str, decode: str, bootstrap_port: int, path: str, body: 
     return status, res
 
 
-def open_and_drop(url: str, path: str, body: dict[str, Any], after_s: float) -> None:
-    """Send a request on a raw socket and close the connection after ``after_s``: a client killed."""
+def open_and_drop(url: str, path: str, body: dict[str, Any], held: Callable[[], object], what: str,
+                  timeout: float = 30.0) -> None:
+    """Send a request on a raw socket and close the connection once ``held()`` is true (the worker(s) hold the
+    request, named ``what``): a client killed while its request is in flight."""
     raw = json.dumps(body).encode()
     host, port = url.removeprefix("http://").split(":")
     s = socket.create_connection((host, int(port)))
-    s.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-              f"Content-Length: {len(raw)}\r\n\r\n".encode() + raw)
-    time.sleep(after_s)
-    s.close()
+    try:
+        s.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(raw)}\r\n\r\n".encode() + raw)
+        wait_until(lambda: bool(held()), timeout, what, interval=0.02)
+    finally:
+        s.close()

@@ -104,7 +104,8 @@ def test_pd_request_without_bootstrap_is_rejected(sim_python: str, fake_env: dic
 
 def test_client_disconnect_is_an_abort(worker: Worker) -> None:
     before = worker.state()["counters"]["sglang:num_aborted_requests_total"]
-    open_and_drop(worker.url, "/v1/chat/completions", chat_body("dsv4-sim", "long answer", 100_000, True), 0.3)
+    open_and_drop(worker.url, "/v1/chat/completions", chat_body("dsv4-sim", "long answer", 100_000, True),
+                  lambda: stage_counts(worker.url), "the worker holding the request")
     wait_until(lambda: worker.state()["counters"]["sglang:num_aborted_requests_total"] == before + 1, 10,
                "the abort to be counted")
     wait_until(lambda: not stage_counts(worker.url), 5, "the request to leave the scheduler")

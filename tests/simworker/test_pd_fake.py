@@ -2,7 +2,9 @@
 
 The fake reader thread can act like the affected SGLang versions (dies on ABORT) or the fixed ones,
 so the wedge mechanics (thread death → rooms stay Bootstrapping → requests hang while /health is 200)
-are covered without the heavy runtime; test_cascade.py repeats it on SGLang's real code.
+are covered without the heavy runtime; test_cascade.py repeats it on SGLang's real code. The lines the fake
+thread prints are the stand-in's own: nothing here proves a log signature (the logs verdicts are tested on
+SGLang's real code: tests/verify, tests/watchdog).
 """
 
 from __future__ import annotations
@@ -83,7 +85,8 @@ def test_abort_with_pending_transfer(pair: Pair) -> None:
     # goes away, so the decode pushes ABORT to the prefill rank socket.
     body = {**chat_body("dsv4-sim", "never prefilled", 8, True), "bootstrap_host": HOST,
             "bootstrap_port": pair.bootstrap_port, "bootstrap_room": 4242}
-    open_and_drop(pair.decode.url, "/v1/chat/completions", body, 0.5)
+    open_and_drop(pair.decode.url, "/v1/chat/completions", body, lambda: stage_counts(pair.decode.url),
+                  "the decode holding the request")
     wait_until(lambda: pair.decode.state()["counters"]["sglang:num_transfer_failed_reqs_total"] == 1, 10,
                "the decode-side abort")
     assert "Aborted by AbortReq." in pair.decode.log.read_text()
@@ -163,7 +166,8 @@ def test_abort_reaches_every_prefill_rank(kind: str, sim_python: str, fake_env: 
         assert p.request()[0] == 200  # resolves all four prefill ranks
         body = {**chat_body("dsv4-sim", "never prefilled", 8, True), "bootstrap_host": HOST,
                 "bootstrap_port": p.bootstrap_port, "bootstrap_room": 4343}
-        open_and_drop(p.decode.url, "/v1/chat/completions", body, 0.5)
+        open_and_drop(p.decode.url, "/v1/chat/completions", body, lambda: stage_counts(p.decode.url),
+                      "the decode holding the request")
         wait_until(lambda: p.decode.state()["counters"]["sglang:num_transfer_failed_reqs_total"] == 1, 10,
                    "the decode-side abort")
         if kind == "pristine":
@@ -173,6 +177,7 @@ def test_abort_reaches_every_prefill_rank(kind: str, sim_python: str, fake_env: 
                        "every rank's traceback in the log")
         else:
             assert p.request()[0] == 200
-            assert all(_bootstrap_threads(p.prefill).values())
+            threads = _bootstrap_threads(p.prefill)
+            assert len(threads) == 4 and all(threads.values()), threads
     finally:
         p.close()

@@ -59,7 +59,9 @@ def test_router_propagates_disconnect_before_first_token(
     sim_python: str, slow_prefill_env: dict[str, str], router: RouterSpec, tmp_path: Path
 ) -> None:
     with LocalPD([sim_python], tmp_path, slow_prefill_env, router) as pd:
-        open_and_drop(pd.router_url, "/v1/chat/completions", chat_body(pd.model, "x" * 4000, 50, True), 1.0)
+        open_and_drop(pd.router_url, "/v1/chat/completions", chat_body(pd.model, "x" * 4000, 50, True),
+                      lambda: stage_counts(pd.prefill_url) and stage_counts(pd.decode_url),
+                      "both workers holding the request")
         wait_until(lambda: _state(pd.decode_url)["counters"]["sglang:num_aborted_requests_total"] == 1, 8,
                    "the decode worker to see the client's disconnect")
         wait_until(lambda: _state(pd.prefill_url)["counters"]["sglang:num_aborted_requests_total"] == 1, 8,
@@ -79,7 +81,9 @@ def test_smg_propagates_disconnect_before_first_token(
     still waiting for the workers' answers when its client leaves, and smg drops them like sglang-router.
     """
     with LocalPD([sim_python], tmp_path, slow_prefill_env, smg_router) as pd:
-        open_and_drop(pd.router_url, "/v1/chat/completions", chat_body(pd.model, "x" * 4000, 20, True), 1.0)
+        open_and_drop(pd.router_url, "/v1/chat/completions", chat_body(pd.model, "x" * 4000, 20, True),
+                      lambda: stage_counts(pd.prefill_url) and stage_counts(pd.decode_url),
+                      "both workers holding the request")
         wait_until(lambda: _state(pd.decode_url)["counters"]["sglang:num_aborted_requests_total"] == 1, 10,
                    "the decode worker to see the client's disconnect")
         wait_until(lambda: _state(pd.prefill_url)["counters"]["sglang:num_aborted_requests_total"] == 1, 10,

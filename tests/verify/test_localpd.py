@@ -7,7 +7,8 @@ With SGLang 0.5.15.post1's real NIXL bootstrap thread (the heavy runtime):
 * a cascade whose sessions all finish before the kill: nothing was killed -> the cascade fails, exit 1.
 Both pristine and patched run the protocol at its defaults (2 x 60 sessions, 20 s windows, the default
 recovery deadlines and benchmark): the verdict CI sees is the one an operator gets.
-The light variant (KV stand-in, no SGLang) runs the same wedge/no-wedge pair where the runtime is missing.
+The light KV stand-in (no SGLang) is used once, healthy, for the verdict when abort evidence is missing; no
+wedge here is the stand-in's (its fake wedge prints the very signature the logs check looks for).
 """
 
 from __future__ import annotations
@@ -84,9 +85,12 @@ def test_pristine_wedges_and_verify_fails_at_defaults(runtime, router: RouterSpe
     assert_wedge_found(run, health)
     prefill = run.check("logs")["detail"]["prefill"]
     # Each TP rank's bootstrap thread dies (the sim runs one real thread per rank), so the first examples may all be
-    # the "Exception in thread ... (bootstrap_thread)" headers; the assertion text is the proof either way.
-    examples = str(prefill["examples"])
-    assert ("First message should be" in examples or "(bootstrap_thread)" in examples), examples
+    # the "Exception in thread ... (bootstrap_thread)" headers Python prints for SGLang's thread; the assertion
+    # itself is in the log, raised in the pristine conn.py of the runtime (nothing of ours prints it).
+    assert "(bootstrap_thread)" in str(prefill["examples"]), prefill["examples"]
+    log = (tmp_path / "pd" / "prefill.log").read_text()
+    assert "AssertionError: First message should be b'NixlMsgGuard'. Foreign traffic?" in log
+    assert f'File "{runtime.conn_file(SGLANG_VERSION, False)}", line' in log
     assert prefill["aborts_handled"] == 0
     assert_consistent(run, 2, 60, 20.0)
     print(f"pristine at defaults: verify wall {run.report['timings']['wall_s']} s")
@@ -136,28 +140,26 @@ def test_no_abort_fails_the_cascade(runtime, router: RouterSpec, tmp_path: Path)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("wedge", [True, False], ids=["wedge", "healthy"])
-def test_light_stand_in(wedge: bool, light_python: str, router: RouterSpec, tmp_path: Path) -> None:
-    """The light KV stand-in (no SGLang): a wedge -> 1; healthy -> 2, because the stand-in has no real ABORT
-    handler whose lines could prove the abort path (issue 11: no evidence from what only a stand-in prints)."""
-    with local_pd([light_python], light_env(wedge), router, tmp_path / "pd") as pd:
+def test_light_stand_in_without_abort_evidence_is_incomplete(light_python: str, router: RouterSpec,
+                                                             tmp_path: Path) -> None:
+    """The light KV stand-in (no SGLang), healthy: exit 2, because the stand-in has no real ABORT handler whose
+    lines could prove the abort path (issue 11: no evidence from what only a stand-in prints); leaving the logs
+    out is INCOMPLETE unless allowed. The stand-in is used because this test is about the verdict when evidence
+    is missing; the wedge verdicts are proved on SGLang's real code (the tests above, and
+    tests/watchdog/test_watchdog_localpd.py on a foreign frame)."""
+    with local_pd([light_python], light_env(), router, tmp_path / "pd") as pd:
         run = verify_local(pd, tmp_path, "--cycles", "1")
-        health = http_get(pd.prefill_url + "/health")[0]
-        if not wedge:  # issue 11 acceptance: leaving the logs out is INCOMPLETE unless allowed
-            (tmp_path / "skip").mkdir()
-            skip = verify_local(pd, tmp_path / "skip", "--cycles", "1", "--skip", "logs", "--skip", "bench")
-            (tmp_path / "allow").mkdir()
-            allow = verify_local(pd, tmp_path / "allow", "--cycles", "1", "--skip", "logs", "--skip", "bench",
-                                 "--allow-incomplete")
-    if wedge:
-        assert_wedge_found(run, health)
-    else:
-        assert run.rc == 2 and run.check("logs")["status"] == "inconclusive", run.stdout + run.stderr
-        assert run.check("logs")["measured"]["abort_events"] == 0
-        assert all(run.check(n)["status"] == "pass" for n in ("config", "liveness", "cascade", "recovery"))
-        assert skip.rc == 2 and skip.report["verdict"] == "incomplete", skip.stdout + skip.stderr
-        assert any(m.startswith("logs:") for m in skip.report["missing_evidence"])
-        assert "INCOMPLETE" in skip.stdout
-        assert allow.rc == 0 and allow.report["incomplete_allowed"] is True, allow.stdout + allow.stderr
-        assert any("--allow-incomplete" in n and "logs" in n for n in allow.report["notes"])
+        (tmp_path / "skip").mkdir()
+        skip = verify_local(pd, tmp_path / "skip", "--cycles", "1", "--skip", "logs", "--skip", "bench")
+        (tmp_path / "allow").mkdir()
+        allow = verify_local(pd, tmp_path / "allow", "--cycles", "1", "--skip", "logs", "--skip", "bench",
+                             "--allow-incomplete")
+    assert run.rc == 2 and run.check("logs")["status"] == "inconclusive", run.stdout + run.stderr
+    assert run.check("logs")["measured"]["abort_events"] == 0
+    assert all(run.check(n)["status"] == "pass" for n in ("config", "liveness", "cascade", "recovery"))
+    assert skip.rc == 2 and skip.report["verdict"] == "incomplete", skip.stdout + skip.stderr
+    assert any(m.startswith("logs:") for m in skip.report["missing_evidence"])
+    assert "INCOMPLETE" in skip.stdout
+    assert allow.rc == 0 and allow.report["incomplete_allowed"] is True, allow.stdout + allow.stderr
+    assert any("--allow-incomplete" in n and "logs" in n for n in allow.report["notes"])
     assert_consistent(run, 1, 30)

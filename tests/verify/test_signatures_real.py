@@ -1,9 +1,13 @@
 """The log signatures against what SGLang's real NIXL prefill code prints (issue 11 item 1).
 
 ``capture_real_logs.py`` runs the real ``bootstrap_thread`` and ``transfer_worker`` of each pinned version,
-pristine and patched, on CPU, with the conn module at ``debug`` and at the production level ``info`` (issue 25
-item 4); these tests classify exactly what they printed. The runtime is built (once, cached) when it is
-missing, never skipped.
+pristine and patched (the pdfleet patch applied to the wheel's conn.py), on CPU, with the conn module at
+``debug`` and at the production level ``info`` (issue 25 item 4); these tests classify exactly what they printed.
+The abort evidence is matched only against what the real code produced: the lines the conn module's own logger
+emitted, and the failure reason its ABORT handler recorded as SGLang's ``KVTransferError`` renders it (the
+scheduler's warning that carries that reason in production is composed by the capture script in
+``prefill.py``'s format: it is classified with the rest, but never taken as proof that a signature matches the
+real handler). The runtime is built (once, cached) when it is missing, never skipped.
 """
 
 from __future__ import annotations
@@ -24,14 +28,21 @@ CAPTURE = Path(__file__).with_name("capture_real_logs.py")
 
 
 Capture = tuple[str, str, str]  # version, pristine|patched, log level of the conn module
+CONN_ONLY = ".conn"  # what the conn module's own logger emitted (capture_real_logs.py)
+REASON = ".reason"  # the failure reason the real handler recorded for room 8, as KVTransferError renders it
 RUNS: tuple[Capture, ...] = (*((v, k, "debug") for v in VERSIONS for k in ("pristine", "patched")),
                              *((v, "patched", "info") for v in VERSIONS), ("0.5.15.post1", "pristine", "info"))
 
 
 @pytest.fixture(scope="module")
-def captured(tmp_path_factory: pytest.TempPathFactory) -> dict[Capture, str]:
+def capture_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("real-logs")
+
+
+@pytest.fixture(scope="module")
+def captured(capture_dir: Path) -> dict[Capture, str]:
     rt = runtime.ensure_runtime(list(VERSIONS))
-    out = tmp_path_factory.mktemp("real-logs")
+    out = capture_dir
 
     def capture(run: Capture) -> str:
         version, kind, level = run
@@ -48,11 +59,21 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> dict[Capture, str]:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_each_evidence_signature_matches_a_line_the_real_handler_printed(
-        captured: dict[Capture, str], version: str) -> None:
-    lines = captured[(version, "patched", "debug")].splitlines()
+def test_each_evidence_signature_matches_what_the_real_handler_produced(
+        captured: dict[Capture, str], capture_dir: Path, version: str) -> None:
+    """Each signature must match a line the patched conn module logged itself, or the failure reason its ABORT
+    handler recorded (rendered by SGLang's own KVTransferError): never a line the capture script composed."""
+    base = capture_dir / f"{version}-patched-debug.log"
+    assert base.read_text() == captured[(version, "patched", "debug")]
+    conn_lines = Path(str(base) + CONN_ONLY).read_text().splitlines()
+    reason = Path(str(base) + REASON).read_text().strip()
+    assert reason, "the real handler recorded no failure reason for the aborted room"
     for sig in ABORT_HANDLED[version]:
-        assert any(sig.pattern.search(line) for line in lines), (sig.pattern.pattern, sig.printed_by)
+        assert any(sig.pattern.search(line) for line in [*conn_lines, reason]), (sig.pattern.pattern, sig.printed_by)
+    debug = ABORT_HANDLED[version][1]
+    assert sum(bool(debug.pattern.search(line)) for line in conn_lines) == 2, "rooms 8 and 99, from the handler"
+    counted = [m for line in conn_lines if (m := ABORT_COUNTED.pattern.search(line))]
+    assert counted and counted[-1].group("total") == "2", conn_lines  # the patch's count line, from conn.py
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -29,8 +29,9 @@ def router_spec() -> RouterSpec:
 
 @pytest.fixture(scope="session")
 def light_env() -> Callable[..., dict[str, str]]:
-    """The simulated workers' environment: fake KV backend; ``wedge`` makes an ABORT kill the bootstrap
-    thread (the affected SGLang versions)."""
+    """The simulated workers' environment: fake KV backend; ``wedge`` makes an ABORT stop the fake bootstrap
+    thread, which then prints the death itself. Only for tests about what happens to a wedged pair
+    (remediation): recognising a wedge is tested on SGLang's real code (test_watchdog_names_a_real_sglang_wedge)."""
 
     def env(wedge: bool = False, tokens_per_s: float = 40.0) -> dict[str, str]:
         out = {"PYTHONPATH": str(REPO_ROOT / "scripts"), "PDFLEET_SIM_KV_BACKEND": "fake", "PYTHONUNBUFFERED": "1",
