@@ -22,6 +22,7 @@ the stand-in model, secrets.env removed) by site.yml, so later tests find it as 
 from __future__ import annotations
 
 import json
+import secrets
 import subprocess
 import threading
 import time
@@ -40,8 +41,10 @@ from simcluster import SITE, ScratchCluster, wait_for
 
 pytestmark = [pytest.mark.sim, pytest.mark.mutates]
 
-HF_CANARY = "hf_CANARYpdfleet7f3a9c21dd04e6hubtoken"
-KEY_CANARY = "pdfleetROUTERkeyCANARY5b8e2d94c1a7"
+# New values for every test session: what an earlier run (or a deliberately broken one) left behind is not
+# mistaken for a leak of this run, nor hides one.
+HF_CANARY = "hf_CANARYpdfleet" + secrets.token_hex(10)
+KEY_CANARY = "pdfleetROUTERkeyCANARY" + secrets.token_hex(10)
 CANARIES = {"the HF token": HF_CANARY, "the router API key": KEY_CANARY}
 SECRETS_ENV = "/etc/pdfleet/secrets.env"
 # Searched on the host for the canaries (grep reads the patterns from standard input: never on its command line).
@@ -84,7 +87,7 @@ def _context(text: str, value: str) -> str:
 
 def _ssh(cluster: ScratchCluster, command: str, stdin: str = "", timeout: float = 300) -> str:
     proc = subprocess.run(["ssh", "-F", str(cluster.state_dir / "ssh_config"), "node1", command], input=stdin,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+                          capture_output=True, text=True, errors="replace", timeout=timeout, check=False)
     assert proc.returncode == 0, f"node1: {command!r} failed ({proc.returncode}): {proc.stderr[-2000:]}"
     return proc.stdout
 
@@ -144,9 +147,9 @@ def exercise(cluster: ScratchCluster, hub: HubServer, tmp: Path) -> Evidence:
     _ssh(cluster, f"rm -rf {model_path}")  # the stand-in goes: the hub download must run
     cluster.set_model("router", api_key=True)
     cluster.set_model("model", source="hub")
-    secrets = tmp / "secrets.json"  # -e @file: the values never reach a command line on the control machine
-    secrets.touch(mode=0o600)
-    secrets.write_text(json.dumps({"model_hf_token": HF_CANARY, "model_hub_endpoint": hub.url, "model_hub_poll_s": 1,
+    extra = tmp / "secrets.json"  # -e @file: the values never reach a command line on the control machine
+    extra.touch(mode=0o600)
+    extra.write_text(json.dumps({"model_hf_token": HF_CANARY, "model_hub_endpoint": hub.url, "model_hub_poll_s": 1,
                                    "pdfleet_units_secrets": {"PDFLEET_ROUTER_API_KEY": KEY_CANARY}}))
     _ssh(cluster, f"rm -f {SEEN} {SEEN}.stop {SEEN}.count && cat > {SAMPLER}", stdin=SAMPLER_CODE)
     _ssh(cluster, f"nohup python3 {SAMPLER} >/dev/null 2>&1 </dev/null &")
@@ -172,12 +175,12 @@ def exercise(cluster: ScratchCluster, hub: HubServer, tmp: Path) -> Evidence:
     started = time.monotonic()
     try:
         with LocalSampler() as local:
-            proc = cluster.playbook(SITE, "-vvv", "-e", f"@{secrets}", check=False)
+            proc = cluster.playbook(SITE, "-vvv", "-e", f"@{extra}", check=False)
     finally:
         hold.release.set()
         watcher.join()
         _ssh(cluster, f"touch {SEEN}.stop")
-        secrets.unlink()
+        extra.unlink()
     samples = int(wait_for("the ps sampler on node1 to stop",
                            lambda: _ssh(cluster, f"cat {SEEN}.count 2>/dev/null || true").strip(), 60))
     ev.sources["ansible-playbook -vvv output"] = proc.stdout + proc.stderr
@@ -200,10 +203,12 @@ def exercise(cluster: ScratchCluster, hub: HubServer, tmp: Path) -> Evidence:
         ev.problems.append("the control machine's ps samples never showed the verification (pdfleet.verify)")
 
     # files on the host: the key only in secrets.env (0600 root:root), the token nowhere
-    found = [p for p in _ssh(cluster, "grep -rlF -D skip -f - " + " ".join(HOST_DIRS) + " --exclude-dir=journal "
-                              "2>/dev/null; true", stdin="\n".join(CANARIES.values()) + "\n", timeout=600).split()
-             if p != SEEN]  # the ps samples themselves (checked above as ps)
-    where = {p: [w for w, v in CANARIES.items() if v in _ssh(cluster, f"cat {p}")] for p in found}
+    where: dict[str, list[str]] = {}
+    for what, value in CANARIES.items():  # one grep per value (binary files too: Prometheus' data)
+        for path in _ssh(cluster, "grep -rlF -D skip -f - " + " ".join(HOST_DIRS) + " --exclude-dir=journal "
+                         "2>/dev/null; true", stdin=value + "\n", timeout=600).split():
+            if path != SEEN:  # the ps samples themselves (checked above as ps)
+                where.setdefault(path, []).append(what)
     stray = {p: w for p, w in where.items() if p != SECRETS_ENV or w != ["the router API key"]}
     if stray:
         ev.problems.append(f"files on node1 holding a secret outside {SECRETS_ENV}: {stray}")
