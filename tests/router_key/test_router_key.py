@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import os
 import re
 import subprocess
@@ -184,3 +185,25 @@ def test_verify_cli_refuses_a_key_file_others_may_read(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60, check=False, cwd=REPO_ROOT)
     assert proc.returncode == 2
     assert f"chmod 0600 {f}" in proc.stderr and KEY not in proc.stdout + proc.stderr
+
+
+def test_prune_drain_sends_the_key_from_its_request(bearer: None) -> None:
+    """The units role's drain (python -m pdfleet.prune drain, the request on standard input) asks the router with
+    the key the request carries, and the report it prints never holds the key."""
+
+    async def drain(key: str | None) -> tuple[list, str]:
+        router = await Router().start()
+        req = {"router": router.url, "timeout_s": 1, "workers": [{"url": "http://127.0.0.1:9", "role": "prefill"}],
+               "keep": [], **({"api_key": key} if key else {})}
+        env = {k: v for k, v in os.environ.items() if k != routerkey.ENV_NAME}
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "pdfleet.prune", "drain", env=env,
+                                                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        out, _ = await proc.communicate(json.dumps(req).encode())
+        assert proc.returncode == 0
+        return router.seen, out.decode()
+
+    seen, out = asyncio.run(drain(KEY))
+    assert seen and all(auth == f"Bearer {KEY}" for _, auth in seen) and KEY not in out
+    assert "not removed from the router" not in out
+    seen, out = asyncio.run(drain(None))
+    assert seen[0][1] is None and "not removed from the router" in out and "401" in out
