@@ -74,11 +74,6 @@ def host_state(cluster: ScratchCluster) -> str:
     return f"{host}--- scratch inventory group_vars/all/cluster.yml ---\n{model}"
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{MUTATES}: changes the shared converged sim (fixture converged, "
-                            "tests/conftest.py); runs after the tests that do not and must put back what it changed")
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test marked ``mutates`` after every other test; both groups keep their collection order."""

@@ -548,12 +548,29 @@ def _worker_unit(c: ClusterSpec, inst: InstanceSpec, address: str, hw: patches.H
     )
 
 
+# With router.api_key the router gets its key from secrets.env (0600), never on its command line: systemd would
+# expand ${PDFLEET_ROUTER_API_KEY} into argv, which `ps` shows every user until the router retitles itself. The
+# venv's Python runs this instead: it takes the key out of the environment, appends it to the router's own
+# sys.argv (in the process only) and runs the router (a module name, or the path of a console script).
+ROUTER_KEY_SHIM = (
+    "import os,runpy,sys;k=os.environ.pop('PDFLEET_ROUTER_API_KEY','').strip();"
+    "k or sys.exit('pdfleet: router.api_key is on but PDFLEET_ROUTER_API_KEY is not set in secrets.env. Fix: set "
+    "pdfleet_units_secrets.PDFLEET_ROUTER_API_KEY (Vault) and converge');"
+    "t=sys.argv[1];sys.argv=[t]+sys.argv[2:]+['--api-key',k];"
+    "runpy.run_path(t,run_name='__main__') if t.startswith('/') else "
+    "runpy.run_module(t,run_name='__main__',alter_sys=True)"
+)
+
+
 def _router_unit(c: ClusterSpec, address: str, workers: list[Unit]) -> Unit:
     r = c.router
+    python = f"{c.sglang.venv}/bin/python"
     if c.sglang.router_package == "smg":
         argv = [f"{c.sglang.venv}/bin/smg", "launch"]
     else:
-        argv = [f"{c.sglang.venv}/bin/python", "-m", "sglang_router.launch_router"]
+        argv = [python, "-m", "sglang_router.launch_router"]
+    if r.api_key:  # the shim adds the key from the environment (ROUTER_KEY_SHIM): its target, then the arguments
+        argv = [python, "-c", ROUTER_KEY_SHIM, *(argv[2:] if argv[1] == "-m" else argv)]
     if c.profile in PD_PROFILES:
         argv += ["--pd-disaggregation"]
         for w in workers:
@@ -568,8 +585,6 @@ def _router_unit(c: ClusterSpec, address: str, workers: list[Unit]) -> Unit:
     argv += ["--host", address, "--port", str(r.port),
              "--prometheus-host", address, "--prometheus-port", str(r.metrics_port),
              "--health-check-interval-secs", str(r.health_check_interval_secs)]
-    if r.api_key:
-        argv += ["--api-key", "${PDFLEET_ROUTER_API_KEY}"]
     argv += r.extra_args
     return Unit(
         name=ROUTER_UNIT, kind="router", role="router", instance="router", host=r.host, address=address,

@@ -196,7 +196,7 @@ def removal_rows(found: Iterable[HostRemovals]) -> list[list[str]]:
 
 
 def drain_stale(router_url: str, workers: Iterable[tuple[str, str]], keep_urls: Iterable[str],
-                timeout_s: float) -> dict[str, object]:
+                timeout_s: float, api_key: str | None = None) -> dict[str, object]:
     """Take each stale worker ``(url, role)`` out of the router and wait until it says idle (pdfleet.fleet's
     drain, the rollout's path), so that stopping it fails no request the router could send elsewhere.
 
@@ -209,7 +209,7 @@ def drain_stale(router_url: str, workers: Iterable[tuple[str, str]], keep_urls: 
     from pdfleet import fleet
     from pdfleet.fleet.http import HTTPError, call
 
-    router = fleet.RouterClient(router_url) if router_url else None
+    router = fleet.RouterClient(router_url, api_key) if router_url else None
     keep = {u.rstrip("/") for u in keep_urls}
     report: list[dict[str, object]] = []
     for url, role in workers:
@@ -249,12 +249,16 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m pdfleet.prune drain < request.json``: the units role's drain step.
 
     The request: ``{"router": URL, "timeout_s": S, "workers": [{"url": .., "role": ..}], "keep": [URL, ..]}``
-    (the stale workers of one host, and the URLs the plan still gives that host). Prints the JSON report.
+    (the stale workers of one host, and the URLs the plan still gives that host), and ``"api_key"`` when the
+    router has one (else ``$PDFLEET_ROUTER_API_KEY``; standard input, never the command line). Prints the JSON
+    report (without the key).
     Exit 0 when it ran, 2 for a bad request.
     """
     import argparse
     import json
     import sys
+
+    from pdfleet.routerkey import router_key
 
     p = argparse.ArgumentParser(prog="python -m pdfleet.prune")
     sub = p.add_subparsers(dest="command", required=True)
@@ -265,12 +269,13 @@ def main(argv: list[str] | None = None) -> int:
         workers = [(str(w["url"]), str(w["role"])) for w in req.get("workers", [])]
         router, keep, timeout_s = str(req.get("router", "")), [str(u) for u in req.get("keep", [])], \
             float(req.get("timeout_s", 120))
+        api_key = str(req.get("api_key") or "") or router_key()
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         print(f"pdfleet.prune drain: bad request on stdin ({e}); expected "
               '{"router": URL, "timeout_s": S, "workers": [{"url": URL, "role": ROLE}], "keep": [URL]}',
               file=sys.stderr)
         return 2
-    print(json.dumps(drain_stale(router, workers, keep, timeout_s)))
+    print(json.dumps(drain_stale(router, workers, keep, timeout_s, api_key)))
     return 0
 
 

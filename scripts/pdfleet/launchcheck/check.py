@@ -100,6 +100,8 @@ def plan_at(source: InventorySource | str | Path, version: str) -> Plan:
 
 def _job_unit(plan: Plan, unit: Unit) -> dict[str, Any]:
     argv = list(unit.exec_start)
+    if len(argv) > 3 and argv[1] == "-c":  # the router with its key (planner.ROUTER_KEY_SHIM): the target follows
+        argv = argv[3:] if argv[3].startswith("/") else [argv[0], "-m", *argv[3:]]
     args = argv[3:] if len(argv) > 2 and argv[1] == "-m" else argv[2:]
     if unit.kind == "worker" and "--model-path" in args:
         config = MODEL_CONFIGS.get(str(plan.model["name"]))

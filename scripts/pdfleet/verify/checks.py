@@ -111,7 +111,10 @@ def unplanned_router_workers(listed: set[str], target: Target) -> list[str]:
             "which unit serves it, site.yml drains and removes pdfleet's"] if extra else []
 
 
-async def _router_listing(router: str, timeout_s: float) -> tuple[str, set[str]]:
+async def _router_listing(router: str, timeout_s: float) -> tuple[str, set[str], int | None]:
+    """(the listing's path, the URLs it lists, None), or ("", set(), the refusal status: 401/403 when the router
+    wants an API key it was not sent or refused the one it was)."""
+    refused = None
     for path in ("/workers", "/get_loads", "/list_workers"):
         try:
             resp = await client.request(router + path, timeout_s=timeout_s)
@@ -119,10 +122,20 @@ async def _router_listing(router: str, timeout_s: float) -> tuple[str, set[str]]
             continue  # reported as "no worker listing" by the caller
         if resp.status == 200:
             try:
-                return path, router_worker_urls(resp.json())
+                return path, router_worker_urls(resp.json()), None
             except ValueError:
                 continue
-    return "", set()
+        if resp.status in (401, 403):
+            refused = refused or resp.status
+    return "", set(), refused
+
+
+def refused_listing(router: str, status: int) -> str:
+    """The config gate's failure for a router that refused its worker listing (its API key)."""
+    return (f"router {router} refused its worker listing ({status}): it was started with an API key "
+            "(router.api_key) and this run sent none or another. Fix: pass --api-key-file FILE (a 0600 file "
+            "holding the key, or an env file with PDFLEET_ROUTER_API_KEY=) or set $PDFLEET_ROUTER_API_KEY; "
+            "site.yml passes pdfleet_router_api_key (default: pdfleet_units_secrets.PDFLEET_ROUTER_API_KEY)")
 
 
 async def config_gate(target: Target, s: Settings) -> tuple[CheckResult, dict[str, dict[str, Any]]]:
@@ -152,10 +165,12 @@ async def config_gate(target: Target, s: Settings) -> tuple[CheckResult, dict[st
                           "model": info.get("served_model_name"), "version": info.get("version"),
                           "page_size": info.get("page_size"), "problems": problems}
     failures += kv_disagreements(infos, {w.name: w.role for w in target.workers})
-    source, listed = await _router_listing(target.router_url, s.http_timeout_s)
+    source, listed, refused = await _router_listing(target.router_url, s.http_timeout_s)
     missing = sorted(w.url for w in target.workers if w.url not in listed)
     detail["router"].update({"listing": source or None, "workers": sorted(listed)})
-    if not source:
+    if refused:
+        failures.append(refused_listing(target.router_url, refused))
+    elif not source:
         failures.append("router exposes no worker listing (/workers, /get_loads, /list_workers)")
     elif missing:
         failures.append(f"router does not list planned worker(s): {', '.join(missing)}")

@@ -24,7 +24,8 @@ from pdfleet.errors import PdfleetError
 from pdfleet.inventory import add_inventory_arguments, source_from_args
 from pdfleet.paths import DEFAULT_INVENTORY
 from pdfleet.plandoc import read_plan_document
-from pdfleet.verify import journaldump, targets
+from pdfleet.routerkey import router_key
+from pdfleet.verify import client, journaldump, targets
 from pdfleet.verify.logs import FileLogs, JournalDirLogs, LogSource, SSHJournalLogs
 from pdfleet.verify.protocol import resume_with_journals, run_protocol
 from pdfleet.verify.report import Report, writable_problem
@@ -74,6 +75,10 @@ def _add_target_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--expect-version", help="explicit mode: the SGLang version the workers must report")
     g.add_argument("--expect-tp", type=_positive(int), help="explicit mode: the tp size of every worker")
     g.add_argument("--profile", default=None, help="profile name for the benchmark baseline (explicit mode)")
+    g.add_argument("--api-key-file", type=Path, metavar="FILE",
+                   help="the router's API key (router.api_key: true): a 0600 file holding the key or an env file "
+                        "line PDFLEET_ROUTER_API_KEY=<key> (default: $PDFLEET_ROUTER_API_KEY); sent to the router "
+                        "only, never written to the report")
 
 
 def _add_check_args(p: argparse.ArgumentParser, d: Settings) -> None:
@@ -280,6 +285,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.defer_logs and (args.log_file or args.journal_dir):
         raise VerifyUsageError("--defer-logs reads no logs now; drop --log-file/--journal-dir")
     target = build_target(args)
+    key = router_key(args.api_key_file)
+    if key:
+        client.set_bearer(target.router_url, key)
     s = settings_from_args(args)
     logs = None if args.defer_logs else build_log_source(args, target)
     t0 = time.monotonic()

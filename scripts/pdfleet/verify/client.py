@@ -24,6 +24,23 @@ from typing import Any
 MAX_HEADER_BYTES = 64 * 1024
 
 
+# The router's API key, by the address it is sent to (``set_bearer``): every request and stream to that
+# host:port carries ``Authorization: Bearer <key>``; requests to other addresses (the workers) carry none. Kept
+# here, in the process only: never in the settings or the report, never on a command line.
+_BEARER: dict[tuple[str, int], str] = {}
+
+
+def set_bearer(url: str, key: str) -> None:
+    """Send ``key`` as a bearer token with every request to ``url``'s host and port (the router)."""
+    host, port, _ = split_url(url)
+    _BEARER[(host, port)] = key
+
+
+def _auth(host: str, port: int) -> dict[str, str]:
+    key = _BEARER.get((host, port))
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 class HTTPClientError(Exception):
     """The server could not be reached, or answered something that is not HTTP/1.x."""
 
@@ -126,7 +143,7 @@ async def request(url: str, method: str = "GET", json_body: Any = None, timeout_
     """One request, the whole body read; raises HTTPClientError (RequestTimeout: "no answer within N s")."""
     host, port, target = split_url(url)
     body = None if json_body is None else json.dumps(json_body).encode()
-    hdrs = dict(headers or {})
+    hdrs = {**_auth(host, port), **(headers or {})}
     if body is not None:
         hdrs.setdefault("Content-Type", "application/json")
     started = time.monotonic()
@@ -229,7 +246,8 @@ class StreamSession:
                 return
             self.phase = "waiting-headers"
             self._writer.write(_request_bytes("POST", host, port, target, payload,
-                                              {"Content-Type": "application/json", "Accept": "text/event-stream"}))
+                                              {"Content-Type": "application/json", "Accept": "text/event-stream",
+                                               **_auth(host, port)}))
             await self._writer.drain()
             self.sent_s = time.monotonic() - self.started
             self.status, headers = await _read_head(reader)
