@@ -17,8 +17,7 @@ from fleet.loadgen import Load
 from pdfleet.paths import REPO_ROOT
 from simcluster import BIN, ScratchCluster
 
-from .conftest import ROLLOUT, rollout
-from .helpers import ListingWatch, get_json
+from .helpers import ROLLOUT, ListingWatch, get_json, rollout
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.long]
 
