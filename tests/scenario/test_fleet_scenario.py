@@ -6,8 +6,8 @@ b. a rollout to the patched stack whose SECOND host (node2) fails its isolated g
    pdfleet_rollout_test_fault_host gives node2's gate a 1 ms liveness deadline): node1 is patched, node2 is rolled
    back to its previous record (pristine), gated and re-added, node3 and router1 are not touched, the run fails
    naming node2 and the step, and client load through the router is served throughout. The gates of this run
-   skip the abort cascade: node2's previous record is the pristine stack, which wedges under any cascade (step d),
-   so a rollback gate with one could never pass.
+   skip the abort cascade (and so the logs, empty without one): node2's previous record is the pristine stack,
+   which wedges under any cascade (step d), so a rollback gate with one could never pass.
 d. a real wedge: node3 is still pristine (b never reached it); one foreign frame into each of its prefill's rank
    sockets kills SGLang's own bootstrap thread; the watchdog deployed on router1 names node3 WEDGED within its
    budget, node1 and node2 make no transition, Prometheus fires PdfleetPairWedged for node3. Alert mode acts on
@@ -56,8 +56,10 @@ WORKERS = 6  # three pairs
 FAULT_HOST = "node2"  # the second host of the rollout order (node1, node2, node3, router1)
 WEDGED_HOST = "node3"
 STREAK = 3
-# b's gates: node2's previous record is the pristine stack, which wedges under a cascade (step d shows it)
-NO_CASCADE_GATES = {"pdfleet_rollout_gate_settings": {"skip": ["bench", "cascade"], "min_abort_events": 0,
+# b's gates (node1's, node2's and node2's rollback gate): node2's previous record is the pristine stack, which
+# wedges under a cascade (step d shows it), so they check config, deep liveness and recovery only (without a
+# cascade the workers log nothing at info level, and an empty log is inconclusive: logs skipped too)
+NO_CASCADE_GATES = {"pdfleet_rollout_gate_settings": {"skip": ["bench", "cascade", "logs"], "min_abort_events": 0,
                                                       "allow_incomplete": True}}
 NO_BENCH = ("-e", "pdfleet_rollout_bench=false")
 
@@ -123,10 +125,10 @@ def test_b_second_host_fails_its_gate_and_is_rolled_back(fleet: Fleet) -> None:
     c = fleet.cluster
     elapsed = timed(fleet, "b: rollout whose second host fails its isolated gate")
     assert_serving(c, "before b")
-    before = rollout_status(c)
-    assert not any(h["at_target"] for h in before.values()), before  # pristine everywhere, target not set yet
-    untouched_pids = unit_pids(c, "node3")
     c.set_model("sglang", apply_patch=True)
+    before = rollout_status(c)
+    assert not any(h["at_target"] for h in before.values()), before  # pristine everywhere, the target patched
+    untouched_pids = unit_pids(c, "node3")
     with Load(c.router_url, c.model, rate=2.0) as load:
         run = rollout(c, *NO_BENCH, "-e", f"pdfleet_rollout_test_fault_host={FAULT_HOST}",
                       "-e", json.dumps(NO_CASCADE_GATES))
@@ -239,6 +241,7 @@ def served_again(c: ScratchCluster, pair: Pair, unit: str, old_pid: int, t0: flo
     first_ok: float | None = None
     streak = 0
     counter: float | None = None
+    served = False  # the new prefill process served one of this streak's requests
     attempts = 0
     while time.monotonic() < deadline:
         pid = main_pid(c, unit, host)
@@ -246,18 +249,19 @@ def served_again(c: ScratchCluster, pair: Pair, unit: str, old_pid: int, t0: flo
             time.sleep(1.0)
             continue
         start = time.monotonic()
-        if streak == 0:
+        if streak == 0 or counter is None:  # the new process's counter before this streak's (next) request
             counter = request_counts(pair)[prefill.url]
         attempts += 1
         if chat_ok(c, f"{uuid.uuid4().hex[:8]} after the kill: what is PCIe?"):
             first_ok = start if streak == 0 else first_ok
             streak += 1
             now = request_counts(pair)[prefill.url]
-            if streak >= STREAK and counter is not None and now is not None and now > counter:
+            served |= counter is not None and now is not None and now > counter
+            if streak >= STREAK and served:
                 assert first_ok is not None
                 return first_ok - t0
         else:
-            streak = 0
+            streak, served = 0, False
             time.sleep(max(0.0, 1.0 - (time.monotonic() - start)))
     raise AssertionError(f"{host}: {unit} killed: the fleet was not serving through it again within the bound of "
                          f"{bound:.0f} s ({attempts} requests; its new process {main_pid(c, unit, host) or 'absent'})")
