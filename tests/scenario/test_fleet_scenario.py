@@ -182,9 +182,9 @@ def test_d_real_wedge_named_by_the_deployed_watchdog(fleet: Fleet) -> None:
     doc = deployed_status(c)
     fleet.step("d", detect_s=round(detect, 1), budget_s=BUDGET_S, alert_firing_s=round(alert_s, 1),
                reasons=doc["pairs"][WEDGED_HOST]["reasons"], other_transitions=[t for h in others
-                                                                                for t in since(doc, h, sent - 5)])
+                                                                                for t in since(doc, h, sent)])
     assert detect <= BUDGET_S, doc["transitions"]
-    assert all(since(doc, h, sent - 5) == [] for h in others), doc["transitions"]
+    assert all(since(doc, h, sent) == [] for h in others), doc["transitions"]
     assert not any(firing(fleet.prometheus, "PdfleetPairWedged", h) for h in others)
     assert doc["remediation"]["remediations"] == []  # alert mode acts on nothing
     # heal it for the next steps (the watchdog's restart remediation has its own long test)
@@ -212,9 +212,9 @@ def test_a_patch_rollout_under_load(fleet: Fleet) -> None:
                                                          "errors": watch.errors[:5]})
     say(f"a: rollout rc {run.rc} in {run.seconds:.0f} s; load {s}; listing polls {watch.polls}, fewest listed "
         f"{watch.fewest_listed}, errors {len(watch.errors)}")
+    assert s["failed"] == 0 and s["cut"] == 0 and s["ok"] > 0, s
     assert run.rc == 0 and run.report, run.stdout[-6000:]
     r = run.report
-    assert s["failed"] == 0 and s["cut"] == 0 and s["ok"] > 0, s
     assert [h for h in r["order"] if h in fleet.pairs] == ["node2", "node3"], r["order"]  # node1 since b
     begins = [r["hosts"][h]["timeline"]["begin"] for h in r["order"]]
     assert begins == sorted(begins), f"the hosts were not rolled in the plan's order {r['order']}: {begins}"
