@@ -19,8 +19,9 @@ a. the patch rollout (pristine -> patched) under independent client load through
 c. kill -9 of node1's prefill: serving again (a streak of requests through the router, one of them served by
    the new prefill process) within the bound the plan computes (restart delay + the prefill's hold-down + start
    budget + router re-admission: tests/sim_faults), then `pdfleet verify` passes on the fleet.
-e. an instance renamed (node3's decode2 -> decodeX, same GPUs and port): site.yml removes pdfleet-decode2
-   (drained first), only the planned units exist and run on node3, and the final verification play passes.
+e. an instance renamed (node3's decode2 -> decodeX, same GPUs and port; decodeX -> decodeY on a kept fleet):
+   site.yml removes the old unit (drained first), only the planned units exist and run on node3, and the final
+   verification play passes.
 
 The order puts b before a so that the two rollouts together roll each host once (plus node2's rollback), and d
 between them while node3 still runs the pristine stack. Settings are short (the fault catalogue's heartbeat,
@@ -305,7 +306,9 @@ def test_e_renamed_instance_old_unit_removed(fleet: Fleet) -> None:
     c = fleet.cluster
     elapsed = timed(fleet, "e: an instance renamed")
     assert_serving(c, "before e")
-    host, old, new = "node3", "decode2", "decodeX"
+    host = "node3"
+    (old,) = [m.name.removeprefix("pdfleet-") for m in fleet.pairs[host].members if m.role == "decode"]
+    new = "decodeX" if old != "decodeX" else "decodeY"  # decode2 -> decodeX (decodeX -> decodeY on a kept fleet)
     assert _unit_files(c, host) == {"pdfleet-prefill2", f"pdfleet-{old}"}
     set_instance_name(c, old, new)
     t0 = time.monotonic()
@@ -325,4 +328,4 @@ def test_e_renamed_instance_old_unit_removed(fleet: Fleet) -> None:
     names = {w["name"] for w in report["target"]["workers"]}
     assert f"pdfleet-{new}" in names and f"pdfleet-{old}" not in names, names
     assert_serving(c, "after e")
-    fleet.step("e", seconds=elapsed(), verify_verdict=report["verdict"])
+    fleet.step("e", seconds=elapsed(), verify_verdict=report["verdict"], renamed=[old, new])
