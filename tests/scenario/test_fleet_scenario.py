@@ -106,7 +106,11 @@ def chat_ok(c: ScratchCluster, prompt: str, timeout: float = 10) -> bool:
 
 
 def assert_serving(c: ScratchCluster, what: str) -> None:
+    """All workers listed and every pair answering its own canary (a step starts from a serving fleet)."""
     wait_for(f"{what}: the router lists all {WORKERS} workers", lambda: len(listed(c)) == WORKERS, 180)
+    wait_for(f"{what}: every pair in the router and answering its canary",
+             lambda: (st := rollout_status(c)) and all(st[h]["membership"] == "in" and st[h]["serving"]
+                                                        for h in st if st[h]["pair"]) and st, 300, 2.0)
     assert c.chat(f"{what}: in one sentence, what is PCIe?")["usage"]["completion_tokens"] > 0
 
 
