@@ -40,8 +40,8 @@ from pdfleet.watchdog.remediate import Remediator
 from pdfleet.watchdog.state import PairTracker, State
 from simcluster import BIN, ScratchCluster, wait_for
 
-from .conftest import _staged, rollout
-from .helpers import ListingWatch, get_json
+from .conftest import _staged
+from .helpers import ListingWatch, get_json, rollout
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.long]
 

@@ -11,8 +11,7 @@ import pytest
 from fleet.loadgen import Load
 from simcluster import BIN, ScratchCluster
 
-from .conftest import rollout
-from .helpers import get_json
+from .helpers import get_json, rollout
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.long]
 

@@ -20,6 +20,8 @@ from simcluster import SITE, ScratchCluster, recap
 
 from .conftest import DECODE0, DECODEB, PREFILL0, PREFILL1, set_instances
 
+# long, extra depth: the default suite's fleet scenario (tests/scenario, step e) renames an instance on the sim
+# fleet and checks the old unit removed and the verification passed.
 pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.long]
 
 FOREIGN_OUTSIDE = "handmade-echo"  # outside the convention: never looked at

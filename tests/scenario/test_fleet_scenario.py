@@ -1,0 +1,344 @@
+"""The fleet scenario (issue 26, item 2): the README's fleet claims on one three-host sim fleet (router1 +
+node1-3, one TP4 prefill/decode pair each), stood up once, pristine, then in this order, each step starting
+where the last left the fleet and writing its figures to reports/fleet-scenario.json:
+
+b. a rollout to the patched stack whose SECOND host (node2) fails its isolated gate (the rollout's test knob
+   pdfleet_rollout_test_fault_host gives node2's gate a 1 ms liveness deadline): node1 is patched, node2 is rolled
+   back to its previous record (pristine), gated and re-added, node3 and router1 are not touched, the run fails
+   naming node2 and the step, and client load through the router is served throughout. The gates of this run
+   skip the abort cascade (and so the logs, empty without one): node2's previous record is the pristine stack,
+   which wedges under any cascade (step d), so a rollback gate with one could never pass.
+d. a real wedge: node3 is still pristine (b never reached it); one foreign frame into its prefill's rank 0
+   bootstrap socket kills that rank's SGLang bootstrap thread (pdfleet.testing.realwedge); the watchdog
+   deployed on router1 names node3 WEDGED within its budget, node1 and node2 make no transition, Prometheus
+   fires PdfleetPairWedged for node3. Alert mode acts on nothing; the step restarts node3's units and the
+   watchdog sees the pair OK again.
+a. the patch rollout (pristine -> patched) under independent client load through the router: node1 is at the
+   target already and skipped, node2, node3 (and router1's venv) are rolled one at a time: 0 failed and 0 cut
+   requests, a listing watcher sees exactly one pair out at a time and no error, every host at the target and
+   serving, a second rollout changes nothing and leaves the router's list alone.
+c. kill -9 of node1's prefill: serving again (a streak of requests through the router, one of them served by
+   the new prefill process) within the bound the plan computes (restart delay + the prefill's hold-down + start
+   budget + router re-admission: tests/sim_faults), then `pdfleet verify` passes on the fleet.
+e. an instance renamed (node3's decode2 -> decodeX, same GPUs and port; decodeX -> decodeY on a kept fleet):
+   site.yml removes the old unit (drained first), only the planned units exist and run on node3, and the final
+   verification play passes.
+
+The order puts b before a so that the two rollouts together roll each host once (plus node2's rollback), and d
+between them while node3 still runs the pristine stack. Settings are short (the fault catalogue's heartbeat,
+restart and router health intervals; one cascade cycle; no benchmark) to keep the scenario inside CI's budget."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.error
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+from fleet.loadgen import Load
+from pdfleet.fleet import Pair
+from pdfleet.fleet.steps import request_counts
+from pdfleet.paths import REPO_ROOT
+from pdfleet.testing.realwedge import foreign_frame
+from rollout.helpers import ListingWatch, Run, get_json, rollout
+from sim_faults.conftest import START_BUDGET_S, Timing
+from sim_faults.test_faults import PREFILL, kill9, main_pid, worker_bound
+from sim_fleet.watch import deployed_status, firing, first, since
+from simcluster import BIN, SITE, ScratchCluster, wait_for
+
+from .conftest import Fleet, set_instance_name
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+WORKERS = 6  # three pairs
+# The deployed watchdog's budget to name a wedge, from the role's defaults (the scenario keeps them):
+# failures x canary deadline + interval.
+_WATCHDOG = yaml.safe_load((REPO_ROOT / "ansible" / "roles" / "pdfleet_watchdog" / "defaults" / "main.yml").read_text())
+BUDGET_S = (_WATCHDOG["pdfleet_watchdog_failures"] * _WATCHDOG["pdfleet_watchdog_canary_deadline_s"]
+            + _WATCHDOG["pdfleet_watchdog_interval_s"])
+FAULT_HOST = "node2"  # the second host of the rollout order (node1, node2, node3, router1)
+WEDGED_HOST = "node3"
+STREAK = 3
+# b's gates (node1's, node2's and node2's rollback gate): node2's previous record is the pristine stack, which
+# wedges under a cascade (step d shows it), so they check config, deep liveness and recovery only (without a
+# cascade the workers log nothing at info level, and an empty log is inconclusive: logs skipped too)
+NO_CASCADE_GATES = {"pdfleet_rollout_gate_settings": {"skip": ["bench", "cascade", "logs"], "min_abort_events": 0,
+                                                      "allow_incomplete": True}}
+NO_BENCH = ("-e", "pdfleet_rollout_bench=false")
+
+
+def say(msg: str) -> None:
+    print(f"[scenario {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def pdfleet(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "pdfleet"), *args], capture_output=True, text=True, timeout=timeout,
+                          check=False, cwd=REPO_ROOT)
+
+
+def listed(c: ScratchCluster) -> list[str]:
+    return sorted(w["url"] for w in get_json(c.router_url + "/workers")["workers"])
+
+
+def rollout_status(c: ScratchCluster) -> dict[str, dict[str, Any]]:
+    """`pdfleet rollout status --json`, by host (installed record, at_target, membership, serving)."""
+    proc = pdfleet("rollout", "status", "-i", str(c.inventory), "--json")
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {h["host"]: h for h in json.loads(proc.stdout)["hosts"]}
+
+
+def unit_pids(c: ScratchCluster, host: str) -> dict[str, str]:
+    """MainPID of each pdfleet worker unit on ``host``: a unit restarted (or stopped) changes it."""
+    out = c.ssh("for u in $(systemctl list-units --type=service --plain --no-legend 'pdfleet-prefill*' "
+                "'pdfleet-decode*' | cut -d' ' -f1); do echo \"$u $(systemctl show -p MainPID --value $u)\"; done",
+                host=host).stdout
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+def flat(text: str) -> str:
+    """Ansible's callback wraps long messages: compare on single spaces."""
+    return " ".join(text.split())
+
+
+def chat_ok(c: ScratchCluster, prompt: str, timeout: float = 10) -> bool:
+    try:
+        return c.chat(prompt, timeout=timeout)["usage"]["completion_tokens"] > 0
+    except (urllib.error.URLError, OSError, AssertionError, ValueError, KeyError):
+        return False
+
+
+def assert_serving(c: ScratchCluster, what: str) -> None:
+    """All workers listed and every pair answering its own canary (a step starts from a serving fleet)."""
+    wait_for(f"{what}: the router lists all {WORKERS} workers", lambda: len(listed(c)) == WORKERS, 180)
+    wait_for(f"{what}: every pair in the router and answering its canary",
+             lambda: (st := rollout_status(c)) and all(st[h]["membership"] == "in" and st[h]["serving"]
+                                                        for h in st if st[h]["pair"]) and st, 300, 2.0)
+    assert c.chat(f"{what}: in one sentence, what is PCIe?")["usage"]["completion_tokens"] > 0
+
+
+def timed(fleet: Fleet, step: str) -> Callable[[], float]:
+    t0 = time.monotonic()
+    say(f"step {step} ...")
+    return lambda: round(time.monotonic() - t0, 1)
+
+
+def run_figures(run: Run) -> dict[str, Any]:
+    r = run.report or {}
+    return {"rollout_rc": run.rc, "rollout_s": round(run.seconds, 1), "order": r.get("order"),
+            "table": r.get("table"), "total_s": r.get("total_s")}
+
+
+def test_b_second_host_fails_its_gate_and_is_rolled_back(fleet: Fleet) -> None:
+    c = fleet.cluster
+    elapsed = timed(fleet, "b: rollout whose second host fails its isolated gate")
+    assert_serving(c, "before b")
+    c.set_model("sglang", apply_patch=True)
+    before = rollout_status(c)
+    assert not any(h["at_target"] for h in before.values()), before  # pristine everywhere, the target patched
+    untouched_pids = unit_pids(c, "node3")
+    with Load(c.router_url, c.model, rate=2.0) as load:
+        run = rollout(c, *NO_BENCH, "-e", f"pdfleet_rollout_test_fault_host={FAULT_HOST}",
+                      "-e", json.dumps(NO_CASCADE_GATES))
+    s = load.summary()
+    after = rollout_status(c)
+    out = flat(run.stdout)
+    fleet.step("b", seconds=elapsed(), load=s, **run_figures(run),
+               failure=(run.report or {}).get("outcome"), status_after={h: {k: v[k] for k in
+                                                                           ("at_target", "membership", "serving")}
+                                                                       for h, v in after.items()})
+    say(f"b: rollout rc {run.rc} in {run.seconds:.0f} s; load {s}")
+    assert run.rc != 0 and run.report is not None, run.stdout[-6000:]
+    order = run.report["order"]
+    assert order[:2] == ["node1", FAULT_HOST], order
+    outcome = run.report["outcome"]
+    assert outcome["ok"] is False and outcome["rolled_back"] is True, outcome
+    assert outcome["failure"]["host"] == FAULT_HOST and outcome["failure"]["step"] == "gate", outcome
+    assert f"{FAULT_HOST}: step gate failed" in out and "rolled back to" in out, run.stdout[-6000:]
+    assert "ROLLBACK FAILED" not in out and "later hosts untouched" in out, run.stdout[-6000:]
+    tl = run.report["hosts"]
+    assert tl["node1"]["timeline"].get("readded"), tl["node1"]
+    assert tl[FAULT_HOST]["timeline"].get("failed") and tl[FAULT_HOST]["timeline"].get("rolled_back"), tl[FAULT_HOST]
+    for host in order[2:]:  # later hosts untouched: no timeline, same record, same processes
+        assert not tl[host]["timeline"], (host, tl[host])
+        assert after[host]["installed"] == before[host]["installed"], (host, after[host], before[host])
+    assert unit_pids(c, "node3") == untouched_pids
+    assert after["node1"]["at_target"] and after["node1"]["serving"], after["node1"]
+    # node2: back at its previous record (pristine), in the router and serving
+    assert after[FAULT_HOST]["installed"] == before[FAULT_HOST]["installed"], after[FAULT_HOST]
+    assert after[FAULT_HOST]["membership"] == "in" and after[FAULT_HOST]["serving"], after[FAULT_HOST]
+    assert s["failed"] == 0 and s["cut"] == 0 and s["ok"] > 0, s  # the fleet served throughout
+    assert_serving(c, "after b")
+
+
+def test_d_real_wedge_named_by_the_deployed_watchdog(fleet: Fleet) -> None:
+    c = fleet.cluster
+    elapsed = timed(fleet, "d: a real wedge of the pristine SGLang thread")
+    assert rollout_status(c)[WEDGED_HOST]["installed"]["patched"] is False  # the pristine stack
+    wait_for("deployed watchdog: every pair OK", lambda: deployed_status(c)["ok"], 240, 2.0)
+    others = [h for h in fleet.pairs if h != WEDGED_HOST]
+    prefill = fleet.pairs[WEDGED_HOST].role("prefill")[0]
+    assert prefill.bootstrap_port, prefill
+    sent = time.time()
+    rank_socket = foreign_frame(prefill.address, int(prefill.bootstrap_port), rank=0)  # one frame, one rank
+    doc = wait_for(f"deployed watchdog: {WEDGED_HOST} WEDGED",
+                   lambda: (d := deployed_status(c)) and first(d, WEDGED_HOST, "WEDGED", sent) and d, 3 * BUDGET_S, 2.0)
+    detect = first(doc, WEDGED_HOST, "WEDGED", sent) - sent
+    say(f"d: WEDGED {detect:.1f} s after the frame (budget {BUDGET_S:g} s): {doc['pairs'][WEDGED_HOST]['reasons']}")
+    wait_for(f"PdfleetPairWedged firing for {WEDGED_HOST}",
+             lambda: firing(fleet.prometheus, "PdfleetPairWedged", WEDGED_HOST), 180, 2.0)
+    alert_s = time.time() - sent
+    doc = deployed_status(c)
+    fleet.step("d", frame_to=f"{rank_socket[0]}:{rank_socket[1]}",
+               detect_s=round(detect, 1), budget_s=BUDGET_S, alert_firing_s=round(alert_s, 1),
+               reasons=doc["pairs"][WEDGED_HOST]["reasons"], other_transitions=[t for h in others
+                                                                                for t in since(doc, h, sent)])
+    assert detect <= BUDGET_S, doc["transitions"]
+    assert all(since(doc, h, sent) == [] for h in others), doc["transitions"]
+    assert not any(firing(fleet.prometheus, "PdfleetPairWedged", h) for h in others)
+    assert doc["remediation"]["remediations"] == []  # alert mode acts on nothing
+    # heal it for the next steps (the watchdog's restart remediation has its own long test)
+    healed = time.time()
+    units = " ".join(m.name for m in fleet.pairs[WEDGED_HOST].members)
+    proc = c.ssh(f"systemctl restart {units}", host=WEDGED_HOST, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    wait_for(f"deployed watchdog: {WEDGED_HOST} OK again",
+             lambda: first(deployed_status(c), WEDGED_HOST, "OK", healed), 600, 2.0)
+    assert_serving(c, "after d")
+    fleet.step("d", seconds=elapsed(), ok_again_after_restart_s=round(time.time() - healed, 1))
+
+
+def test_a_patch_rollout_under_load(fleet: Fleet) -> None:
+    c = fleet.cluster
+    elapsed = timed(fleet, "a: the patch rollout under client load")
+    assert_serving(c, "before a")
+    c.set_model("sglang", apply_patch=True)
+    with ListingWatch(c.router_url) as watch, Load(c.router_url, c.model) as load:
+        run = rollout(c, *NO_BENCH)
+    s = load.summary()
+    load.dump(c.reports_dir / "load-a.json")
+    after = rollout_status(c)
+    fleet.step("a", load=s, **run_figures(run), listing={"polls": watch.polls, "fewest": watch.fewest_listed,
+                                                         "errors": watch.errors[:5]})
+    say(f"a: rollout rc {run.rc} in {run.seconds:.0f} s; load {s}; listing polls {watch.polls}, fewest listed "
+        f"{watch.fewest_listed}, errors {len(watch.errors)}")
+    assert s["failed"] == 0 and s["cut"] == 0 and s["ok"] > 0, s
+    assert run.rc == 0 and run.report, run.stdout[-6000:]
+    r = run.report
+    assert [h for h in r["order"] if h in fleet.pairs] == ["node2", "node3"], r["order"]  # node1 since b
+    begins = [r["hosts"][h]["timeline"]["begin"] for h in r["order"]]
+    assert begins == sorted(begins), f"the hosts were not rolled in the plan's order {r['order']}: {begins}"
+    # the watcher saw the fleet throughout, with exactly one pair (2 workers) out at the worst moment
+    assert watch.polls > 0 and watch.errors == [], watch.errors[:5]
+    assert watch.fewest_listed == WORKERS - 2, f"fewest workers listed during the rollout: {watch.fewest_listed}"
+    assert all(h["at_target"] and h["serving"] is not False for h in after.values()), after
+    assert all(after[h]["serving"] for h in fleet.pairs), after
+    ids = listed(c)
+    again = rollout(c, *NO_BENCH)
+    fleet.step("a", second_rollout={"rc": again.rc, "seconds": round(again.seconds, 1), "recap": again.recap()},
+               seconds=elapsed())
+    assert again.rc == 0 and again.recap() and all(v["changed"] == 0 for v in again.recap().values()), \
+        again.stdout[-3000:]
+    assert listed(c) == ids
+
+
+def served_again(c: ScratchCluster, pair: Pair, unit: str, old_pid: int, t0: float, bound: float) -> float:
+    """Seconds from t0 until the first of STREAK consecutive completions through the router, one of which the new
+    prefill process served (its own request counter moved); AssertionError past the bound."""
+    host = pair.host
+    (prefill,) = [m for m in pair.members if m.name == unit]
+    deadline = t0 + bound
+    first_ok: float | None = None
+    streak = 0
+    counter: float | None = None
+    served = False  # the new prefill process served one of this streak's requests
+    attempts = 0
+    while time.monotonic() < deadline:
+        pid = main_pid(c, unit, host)
+        if pid in (0, old_pid):
+            time.sleep(1.0)
+            continue
+        start = time.monotonic()
+        if streak == 0 or counter is None:  # the new process's counter before this streak's (next) request
+            counter = request_counts(pair)[prefill.url]
+        attempts += 1
+        if chat_ok(c, f"{uuid.uuid4().hex[:8]} after the kill: what is PCIe?"):
+            first_ok = start if streak == 0 else first_ok
+            streak += 1
+            now = request_counts(pair)[prefill.url]
+            served |= counter is not None and now is not None and now > counter
+            if streak >= STREAK and served:
+                assert first_ok is not None
+                return first_ok - t0
+        else:
+            streak, served = 0, False
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - start)))
+    raise AssertionError(f"{host}: {unit} killed: the fleet was not serving through it again within the bound of "
+                         f"{bound:.0f} s ({attempts} requests; its new process {main_pid(c, unit, host) or 'absent'})")
+
+
+def test_c_kill9_prefill_serves_again_within_the_plans_bound(fleet: Fleet) -> None:
+    c = fleet.cluster
+    elapsed = timed(fleet, "c: kill -9 of a prefill")
+    assert_serving(c, "before c")
+    timing = Timing.of(c)
+    bound = worker_bound(timing, PREFILL, crash=True)
+    prefill = fleet.pairs["node1"].role("prefill")[0]
+    assert prefill.name == PREFILL, prefill
+    old = main_pid(c, PREFILL, "node1")
+    t0 = kill9(c, PREFILL, "node1")
+    took = served_again(c, fleet.pairs["node1"], PREFILL, old, t0, bound)
+    say(f"c: served through the new prefill {took:.1f} s after kill -9 (bound {bound:.0f} s)")
+    fleet.step("c", seconds_to_serve=round(took, 1), bound_s=bound,
+               bound_from={"restart_sec": timing.restart_sec, "prefill_hold_down_s": timing.prefill_hold_down_s,
+                           "start_budget_s": START_BUDGET_S, "router_readmit_s": timing.router_readmit_s})
+    t1 = time.monotonic()
+    verify = pdfleet("verify", "-i", str(c.inventory), "--cycles", "1", "--skip", "bench",
+                     "--report", str(c.reports_dir / "verify-after-kill9.json"))
+    fleet.step("c", verify_rc=verify.returncode, verify_s=round(time.monotonic() - t1, 1), seconds=elapsed())
+    assert verify.returncode == 0, verify.stdout[-4000:] + verify.stderr[-2000:]
+
+
+def _unit_files(c: ScratchCluster, host: str) -> set[str]:
+    out = c.ssh("cd /etc/systemd/system && ls -1 pdfleet-prefill*.service pdfleet-decode*.service 2>/dev/null",
+                host=host).stdout
+    return {line.removesuffix(".service") for line in out.split()}
+
+
+def _active(c: ScratchCluster, host: str) -> set[str]:
+    out = c.ssh("systemctl list-units --type=service --state=active --plain --no-legend 'pdfleet-prefill*' "
+                "'pdfleet-decode*' | cut -d' ' -f1", host=host).stdout
+    return {line.removesuffix(".service") for line in out.split()}
+
+
+def test_e_renamed_instance_old_unit_removed(fleet: Fleet) -> None:
+    c = fleet.cluster
+    elapsed = timed(fleet, "e: an instance renamed")
+    assert_serving(c, "before e")
+    host = "node3"
+    (old,) = [m.name.removeprefix("pdfleet-") for m in fleet.pairs[host].members if m.role == "decode"]
+    new = "decodeX" if old != "decodeX" else "decodeY"  # decode2 -> decodeX (decodeX -> decodeY on a kept fleet)
+    assert _unit_files(c, host) == {"pdfleet-prefill2", f"pdfleet-{old}"}
+    set_instance_name(c, old, new)
+    t0 = time.monotonic()
+    proc = c.playbook(SITE, "-e", json.dumps({"pdfleet_verify_args": ["--cycles", "1", "--skip", "bench"]}),
+                      check=False)
+    converge_s = round(time.monotonic() - t0, 1)
+    files, active = _unit_files(c, host), _active(c, host)
+    fleet.step("e", converge_s=converge_s, rc=proc.returncode, unit_files=sorted(files), active=sorted(active))
+    say(f"e: site.yml rc {proc.returncode} in {converge_s:.0f} s; {host} units {sorted(files)}")
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert f"{host}: removing pdfleet-{old}" in proc.stdout, proc.stdout[-6000:]
+    assert files == {"pdfleet-prefill2", f"pdfleet-{new}"}, files
+    assert active == files, active
+    assert c.ssh(f"test ! -e /etc/pdfleet/pdfleet-{old}.env", host=host).returncode == 0
+    report = c.latest_report()
+    assert report["ok"], report.get("failures")
+    names = {w["name"] for w in report["target"]["workers"]}
+    assert f"pdfleet-{new}" in names and f"pdfleet-{old}" not in names, names
+    assert_serving(c, "after e")
+    fleet.step("e", seconds=elapsed(), verify_verdict=report["verdict"], renamed=[old, new])
