@@ -78,6 +78,10 @@ def test_wait_idle_needs_consecutive_idle_reads() -> None:
 
     res = fleet.wait_idle([("u", "mono")], timeout_s=10, interval_s=0, read=read)
     assert res.idle
+    assert res.busy_at_start == {"u": {"running": 3.0}}  # what the wait was for: its first reading
+    res = fleet.wait_idle([("u", "mono")], timeout_s=10, interval_s=0,
+                          read=lambda u, r: fleet.WorkerLoad(u, r, {"running": 0.0}))
+    assert res.idle and res.busy_at_start == {}  # nothing in flight: nothing waited for
     res = fleet.wait_idle([("u", "mono")], timeout_s=0, interval_s=0,
                           read=lambda u, r: fleet.WorkerLoad(u, r, {"running": 1.0}))
     assert not res.idle and "running=1" in res.describe()

@@ -13,10 +13,12 @@ d. a real wedge: node3 is still pristine (b never reached it); one foreign frame
    deployed on router1 names node3 WEDGED within its budget, node1 and node2 make no transition, Prometheus
    fires PdfleetPairWedged for node3. Alert mode acts on nothing; the step restarts node3's units and the
    watchdog sees the pair OK again.
-a. the patch rollout (pristine -> patched) under independent client load through the router: node1 is at the
-   target already and skipped, node2, node3 (and router1's venv) are rolled one at a time: 0 failed and 0 cut
-   requests, a listing watcher sees exactly one pair out at a time and no error, every host at the target and
-   serving, a second rollout changes nothing and leaves the router's list alone.
+a. the patch rollout (pristine -> patched) under independent client load through the router (short requests,
+   and long ones that outlast the gap between a pair leaving the router and its units stopping): node1 is at
+   the target already and skipped, node2, node3 (and router1's venv) are rolled one at a time: 0 failed and 0
+   cut requests, each drain found requests in flight on its pair and waited for them, a listing watcher sees
+   exactly one pair out at a time and no error, every host at the target and serving, a second rollout
+   changes nothing and leaves the router's list alone.
 c. kill -9 of node1's prefill: serving again (a streak of requests through the router, one of them served by
    the new prefill process) within the bound the plan computes (restart delay + the prefill's hold-down + start
    budget + router re-admission: tests/sim_faults), then `pdfleet verify` passes on the fleet.
@@ -70,6 +72,10 @@ STREAK = 3
 NO_CASCADE_GATES = {"pdfleet_rollout_gate_settings": {"skip": ["bench", "cascade", "logs"], "min_abort_events": 0,
                                                       "allow_incomplete": True}}
 NO_BENCH = ("-e", "pdfleet_rollout_bench=false")
+# a's second client load: requests of LONG_TOKENS tokens (about 12 s at the sim decode's 40 tokens/s), ~18 in
+# flight at any moment, so each pair holds some when it leaves the router, longer than the rollout takes from
+# the removal to stopping the units: only the drain's wait for idle keeps them whole.
+LONG_TOKENS, LONG_RATE = 480, 1.5
 
 
 def say(msg: str) -> None:
@@ -217,19 +223,27 @@ def test_a_patch_rollout_under_load(fleet: Fleet) -> None:
     elapsed = timed(fleet, "a: the patch rollout under client load")
     assert_serving(c, "before a")
     c.set_model("sglang", apply_patch=True)
-    with ListingWatch(c.router_url) as watch, Load(c.router_url, c.model) as load:
+    with (ListingWatch(c.router_url) as watch, Load(c.router_url, c.model) as load,
+          Load(c.router_url, c.model, rate=LONG_RATE, max_tokens=LONG_TOKENS) as long_load):
         run = rollout(c, *NO_BENCH)
-    s = load.summary()
+    s, long_s = load.summary(), long_load.summary()
     load.dump(c.reports_dir / "load-a.json")
+    long_load.dump(c.reports_dir / "load-a-long.json")
     after = rollout_status(c)
-    fleet.step("a", load=s, **run_figures(run), listing={"polls": watch.polls, "fewest": watch.fewest_listed,
-                                                         "errors": watch.errors[:5]})
-    say(f"a: rollout rc {run.rc} in {run.seconds:.0f} s; load {s}; listing polls {watch.polls}, fewest listed "
-        f"{watch.fewest_listed}, errors {len(watch.errors)}")
+    r = run.report or {}
+    drains = {h: (r.get("hosts", {}).get(h, {}).get("timeline") or {}).get("drain") or {} for h in r.get("order", [])}
+    fleet.step("a", load=s, long_load=long_s, **run_figures(run),
+               listing={"polls": watch.polls, "fewest": watch.fewest_listed, "errors": watch.errors[:5]},
+               drains={h: {k: d.get(k) for k in ("idle_wait_s", "busy_at_start")} for h, d in drains.items()})
+    say(f"a: rollout rc {run.rc} in {run.seconds:.0f} s; load {s}; long load {long_s}; listing polls "
+        f"{watch.polls}, fewest listed {watch.fewest_listed}, errors {len(watch.errors)}")
     assert s["failed"] == 0 and s["cut"] == 0 and s["ok"] > 0, s
+    # the long requests in flight when their pair left the router finish only because the drain waits for them
+    assert long_s["failed"] == 0 and long_s["cut"] == 0 and long_s["ok"] > 0, long_s
     assert run.rc == 0 and run.report, run.stdout[-6000:]
-    r = run.report
     assert [h for h in r["order"] if h in fleet.pairs] == ["node2", "node3"], r["order"]  # node1 since b
+    # each drain found requests in flight on its pair and waited for them (so the load above tested the wait)
+    assert all(drains[h].get("busy_at_start") for h in ("node2", "node3")), drains
     begins = [r["hosts"][h]["timeline"]["begin"] for h in r["order"]]
     assert begins == sorted(begins), f"the hosts were not rolled in the plan's order {r['order']}: {begins}"
     # the watcher saw the fleet throughout, with exactly one pair (2 workers) out at the worst moment

@@ -166,17 +166,25 @@ def read_load(url: str, role: str, timeout_s: float = 5.0) -> WorkerLoad:
 
 @dataclass
 class IdleResult:
-    """How waiting for idle ended: ``idle`` for all, the seconds waited and each worker's last reading."""
+    """How waiting for idle ended: ``idle`` for all, the seconds waited and each worker's last reading;
+    ``first``: each worker's first reading (what was in flight when the wait began)."""
 
     idle: bool
     waited_s: float
     loads: list[WorkerLoad]
+    first: list[WorkerLoad] = field(default_factory=list)
+
+    @property
+    def busy_at_start(self) -> dict[str, dict[str, float]]:
+        """Per worker URL, the nonzero numbers of its first reading: the requests the wait was for."""
+        return {w.url: w.busy for w in self.first if w.busy}
 
     def describe(self) -> str:
         return "; ".join(w.describe() for w in self.loads if not w.idle) or "all idle"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"idle": self.idle, "waited_s": round(self.waited_s, 3), "loads": [w.to_dict() for w in self.loads]}
+        return {"idle": self.idle, "waited_s": round(self.waited_s, 3), "loads": [w.to_dict() for w in self.loads],
+                "busy_at_start": self.busy_at_start}
 
 
 def wait_idle(workers: Sequence[tuple[str, str]], timeout_s: float, interval_s: float = 0.5,
@@ -190,14 +198,16 @@ def wait_idle(workers: Sequence[tuple[str, str]], timeout_s: float, interval_s: 
     reader = read or (lambda url, role: read_load(url, role))
     t0 = time.monotonic()
     streak = 0
+    first: list[WorkerLoad] | None = None
     while True:
         loads = [reader(url, role) for url, role in workers]
-        result = IdleResult(all(w.idle for w in loads), time.monotonic() - t0, loads)
+        first = loads if first is None else first
+        result = IdleResult(all(w.idle for w in loads), time.monotonic() - t0, loads, first)
         if progress is not None:
             progress(result)
         streak = streak + 1 if result.idle else 0
         if streak >= settle_reads:
             return result
         if result.waited_s >= timeout_s:
-            return IdleResult(False, result.waited_s, loads) if streak else result
+            return IdleResult(False, result.waited_s, loads, first) if streak else result
         time.sleep(interval_s)

@@ -43,7 +43,7 @@ class DrainResult:
     def to_dict(self) -> dict[str, Any]:
         return {"host": self.host, "removed": [s.to_dict() for s in self.removed], "idle": self.idle.idle,
                 "removed_s": round(self.removed_s, 3), "idle_wait_s": round(self.idle.waited_s, 3),
-                "loads": self.idle.to_dict()["loads"]}
+                "loads": self.idle.to_dict()["loads"], "busy_at_start": self.idle.busy_at_start}
 
 
 def remove_pair(router: RouterClient, pair: Pair, wait_s: float = 30.0) -> list[WorkerSpec]:
