@@ -1,7 +1,12 @@
 """A bounded client load for rollout tests: ~``rate`` chat completions per second through the router, mixed
 streaming and non-streaming, each with a deadline, until stopped. Every request ends as ``ok``, ``failed``
-(an HTTP error or no connection: with its status and how fast it came) or ``cut`` (a stream that began and
-ended without ``[DONE]``, or a request past its deadline)."""
+(an HTTP error or no connection: with its status and how fast it came; an answer without a finish) or ``cut``
+(a stream that began and then ended without ``[DONE]``, with an error chunk, or without a ``stop``/``length``
+finish; an answer that finished ``abort``; a request past its deadline).
+
+SGLang (and the sim worker) end a stream whose request failed mid-way, a worker shutting down included, with
+``data: {"error": ...}`` and then ``data: [DONE]``, and a request aborted on the server finishes with reason
+``abort``: only the content says the user lost the answer, so the content is what is judged."""
 
 from __future__ import annotations
 
@@ -23,6 +28,56 @@ class Outcome:
     seconds: float
     status: int = 0
     detail: str = ""
+
+
+FINISHED = ("stop", "length")
+
+
+def _reason(choice: dict[str, Any]) -> str | None:
+    reason = choice.get("finish_reason")
+    return str(reason.get("type")) if isinstance(reason, dict) else (str(reason) if reason is not None else None)
+
+
+def judge_stream(data: str) -> tuple[str, str]:
+    """``ok`` for a stream of chunks that finished ``stop``/``length`` and ended with ``[DONE]``; else ``cut``
+    (or ``failed`` when it carried an error before any token), with the evidence."""
+    if not data.rstrip().endswith("data: [DONE]"):
+        return "cut", f"no [DONE]: {data[-200:]}"
+    reasons, tokens = [], 0
+    for line in data.splitlines():
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        try:
+            chunk = json.loads(line[len("data: "):])
+        except json.JSONDecodeError:
+            return "cut", f"a chunk that is not JSON: {line[:200]}"
+        if "error" in chunk:
+            return ("cut" if tokens else "failed"), f"error chunk after {tokens} token chunk(s): {line[:200]}"
+        for choice in chunk.get("choices") or []:
+            reason = _reason(choice)
+            if reason is not None:
+                reasons.append(reason)
+            elif (choice.get("delta") or {}).get("content") or choice.get("text"):
+                tokens += 1
+    if not reasons or reasons[-1] not in FINISHED:
+        return "cut", f"finish reasons {reasons} after {tokens} token chunk(s)"
+    return "ok", ""
+
+
+def judge_whole(data: str) -> tuple[str, str]:
+    """``ok`` for a completion with usage that finished ``stop``/``length``; ``cut`` when it finished otherwise
+    (``abort``); ``failed`` when it is no completion."""
+    try:
+        doc = json.loads(data)
+    except json.JSONDecodeError:
+        return "failed", f"not JSON: {data[:200]}"
+    choices = doc.get("choices") if isinstance(doc, dict) else None
+    if not choices or "completion_tokens" not in (doc.get("usage") or {}):
+        return "failed", data[:200]
+    reason = _reason(choices[0])
+    if reason not in FINISHED:
+        return "cut", f"finish reason {reason}: {data[:200]}"
+    return "ok", ""
 
 
 @dataclass
@@ -49,10 +104,7 @@ class Load:
             with urllib.request.urlopen(req, timeout=self.deadline_s) as resp:
                 data = resp.read().decode(errors="replace")
                 out.status = resp.status
-            if stream and not data.rstrip().endswith("data: [DONE]"):
-                out.kind, out.detail = "cut", data[-200:]
-            elif not stream and "completion_tokens" not in data:
-                out.kind, out.detail = "failed", data[:200]
+            out.kind, out.detail = judge_stream(data) if stream else judge_whole(data)
         except urllib.error.HTTPError as e:
             out.kind, out.status, out.detail = "failed", e.code, e.read().decode(errors="replace")[:200]
         except TimeoutError as e:
