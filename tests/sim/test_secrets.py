@@ -259,10 +259,10 @@ def exercise(cluster: ScratchCluster, hub: HubServer, tmp: Path) -> Evidence:
     return ev
 
 
-def restore(cluster: ScratchCluster) -> None:
-    """Back to the converged state: no key, the stand-in model, no secrets.env, no sampler files."""
-    cluster.set_model("router", api_key=False)
-    cluster.set_model("model", source="standin")
+def restore(cluster: ScratchCluster, model_file: bytes) -> None:
+    """Back to the converged state: the scratch inventory's cluster.yml byte for byte (no key, the stand-in
+    model), no secrets.env, no sampler files."""
+    (cluster.inventory / "group_vars" / "all" / "cluster.yml").write_bytes(model_file)
     model_path = _model_path(cluster)
     _ssh(cluster, f"touch {SEEN}.stop; rm -rf {model_path} {SECRETS_ENV} {SAMPLER} {SEEN} {SEEN}.stop {SEEN}.count")
     cluster.playbook()
@@ -271,9 +271,10 @@ def restore(cluster: ScratchCluster) -> None:
 
 def test_secrets_stay_out_of_output_logs_reports_metrics_and_ps(converged: ScratchCluster, hub: HubServer,
                                                                tmp_path: Path) -> None:
+    model_file = (converged.inventory / "group_vars" / "all" / "cluster.yml").read_bytes()
     try:
         ev = exercise(converged, hub, tmp_path)
     finally:
-        restore(converged)
+        restore(converged, model_file)
     failures = ev.problems + ev.leaks()
     assert not failures, f"{len(failures)} problem(s):\n" + "\n".join(f"- {f}" for f in failures)
