@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pdfleet.testing.simclient import StreamResult, chat_body, stream_chat
+
 
 @dataclass
 class Outcome:
@@ -38,29 +40,19 @@ def _reason(choice: dict[str, Any]) -> str | None:
     return str(reason.get("type")) if isinstance(reason, dict) else (str(reason) if reason is not None else None)
 
 
-def judge_stream(data: str) -> tuple[str, str]:
-    """``ok`` for a stream of chunks that finished ``stop``/``length`` and ended with ``[DONE]``; else ``cut``
-    (or ``failed`` when it carried an error before any token), with the evidence."""
-    if not data.rstrip().endswith("data: [DONE]"):
-        return "cut", f"no [DONE]: {data[-200:]}"
-    reasons, tokens = [], 0
-    for line in data.splitlines():
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        try:
-            chunk = json.loads(line[len("data: "):])
-        except json.JSONDecodeError:
-            return "cut", f"a chunk that is not JSON: {line[:200]}"
-        if "error" in chunk:
-            return ("cut" if tokens else "failed"), f"error chunk after {tokens} token chunk(s): {line[:200]}"
-        for choice in chunk.get("choices") or []:
-            reason = _reason(choice)
-            if reason is not None:
-                reasons.append(reason)
-            elif (choice.get("delta") or {}).get("content") or choice.get("text"):
-                tokens += 1
-    if not reasons or reasons[-1] not in FINISHED:
-        return "cut", f"finish reasons {reasons} after {tokens} token chunk(s)"
+def judge_stream(res: StreamResult) -> tuple[str, str]:
+    """``ok`` for a stream (read by ``pdfleet.testing.simclient.stream_chat``, which stops at an error chunk)
+    that finished ``stop``/``length``; else ``cut`` (``failed`` when nothing came before an error), with the
+    evidence."""
+    if res.error is not None:
+        timed_out = "timed out" in res.error or "Timeout" in res.error
+        if res.text or timed_out:  # it began, or it ran past its deadline
+            return "cut", f"after {len(res.text)} characters: {res.error}"
+        return "failed", f"HTTP {res.status}: {res.error}"
+    reason = res.finish_reason
+    reason = str(reason.get("type")) if isinstance(reason, dict) else reason
+    if reason not in FINISHED:
+        return "cut", f"finish reason {reason} after {len(res.text)} characters"
     return "ok", ""
 
 
@@ -94,23 +86,29 @@ class Load:
 
     def _one(self, i: int) -> None:
         stream = i % 2 == 0
-        body = json.dumps({"model": self.model, "stream": stream, "max_tokens": self.max_tokens,
-                           "messages": [{"role": "user", "content": f"load request {i}: what is PCIe?"}]}).encode()
-        req = urllib.request.Request(self.url + "/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+        prompt = f"load request {i}: what is PCIe?"
+        url = self.url + "/v1/chat/completions"
         t0, epoch = time.monotonic(), time.time()
         out = Outcome("ok", stream, epoch, 0.0)
-        try:
-            with urllib.request.urlopen(req, timeout=self.deadline_s) as resp:
-                data = resp.read().decode(errors="replace")
-                out.status = resp.status
-            out.kind, out.detail = judge_stream(data) if stream else judge_whole(data)
-        except urllib.error.HTTPError as e:
-            out.kind, out.status, out.detail = "failed", e.code, e.read().decode(errors="replace")[:200]
-        except TimeoutError as e:
-            out.kind, out.detail = "cut", f"deadline: {e}"
-        except (urllib.error.URLError, OSError) as e:
-            out.kind, out.detail = ("cut" if "timed out" in str(e) else "failed"), str(e)
+        if stream:
+            res = stream_chat(url, chat_body(self.model, prompt, self.max_tokens, True), self.deadline_s)
+            out.status = res.status
+            out.kind, out.detail = judge_stream(res)
+        else:
+            req = urllib.request.Request(url, data=json.dumps(chat_body(self.model, prompt, self.max_tokens,
+                                                                        False)).encode(),
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=self.deadline_s) as resp:
+                    data = resp.read().decode(errors="replace")
+                    out.status = resp.status
+                out.kind, out.detail = judge_whole(data)
+            except urllib.error.HTTPError as e:
+                out.kind, out.status, out.detail = "failed", e.code, e.read().decode(errors="replace")[:200]
+            except TimeoutError as e:
+                out.kind, out.detail = "cut", f"deadline: {e}"
+            except (urllib.error.URLError, OSError) as e:
+                out.kind, out.detail = ("cut" if "timed out" in str(e) else "failed"), str(e)
         out.seconds = time.monotonic() - t0
         with self._lock:
             self.outcomes.append(out)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import zmq
+from pdfleet.testing import realwedge
 from simcluster import SITE, ScratchCluster, wait_for
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.long]
@@ -37,21 +37,9 @@ def status(cluster: ScratchCluster) -> dict[str, Any]:
 def foreign_frame(address: str, port: int = BOOTSTRAP_PORT) -> float:
     """One unknown leading frame to every prefill rank's bootstrap socket (as registered on its bootstrap
     server at address:port); the epoch it was sent."""
-    base = f"http://{address}:{port}/route"
-    with urllib.request.urlopen(f"{base}?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1",
-                                timeout=10) as r:
-        tp = int(json.loads(r.read())["attn_tp_size"])
-    ctx = zmq.Context.instance()
     sent = time.time()
-    for rank in range(tp):
-        with urllib.request.urlopen(f"{base}?prefill_dp_rank=0&prefill_cp_rank=0&target_tp_rank={rank}"
-                                    "&target_pp_rank=0", timeout=10) as r:
-            info = json.loads(r.read())
-        s = ctx.socket(zmq.PUSH)
-        s.setsockopt(zmq.LINGER, 2000)
-        s.connect(f"tcp://{info['rank_ip']}:{info['rank_port']}")
-        s.send_multipart([b"PDFLEET-UNKNOWN-FRAME", b"x"])
-        s.close()
+    for rank in range(len(realwedge.rank_sockets(address, port))):
+        realwedge.foreign_frame(address, port, rank)
     return sent
 
 
