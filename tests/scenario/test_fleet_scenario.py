@@ -63,6 +63,10 @@ WORKERS = 6  # three pairs
 _WATCHDOG = yaml.safe_load((REPO_ROOT / "ansible" / "roles" / "pdfleet_watchdog" / "defaults" / "main.yml").read_text())
 BUDGET_S = (_WATCHDOG["pdfleet_watchdog_failures"] * _WATCHDOG["pdfleet_watchdog_canary_deadline_s"]
             + _WATCHDOG["pdfleet_watchdog_interval_s"])
+# The budget counts to the failing canary's deadline; the round then observes the other members and writes its
+# state before the transition carries a time. Worst case: the frame lands just after a round's canary passed,
+# the next two canaries time out back to back (an overrun round is followed at once), 55 s + this round's work.
+ROUND_WORK_S = 5.0
 FAULT_HOST = "node2"  # the second host of the rollout order (node1, node2, node3, router1)
 WEDGED_HOST = "node3"
 STREAK = 3
@@ -194,7 +198,8 @@ def test_d_real_wedge_named_by_the_deployed_watchdog(fleet: Fleet) -> None:
     doc = wait_for(f"deployed watchdog: {WEDGED_HOST} WEDGED",
                    lambda: (d := deployed_status(c)) and first(d, WEDGED_HOST, "WEDGED", sent) and d, 3 * BUDGET_S, 2.0)
     detect = first(doc, WEDGED_HOST, "WEDGED", sent) - sent
-    say(f"d: WEDGED {detect:.1f} s after the frame (budget {BUDGET_S:g} s): {doc['pairs'][WEDGED_HOST]['reasons']}")
+    say(f"d: WEDGED {detect:.1f} s after the frame (budget {BUDGET_S:g} s + {ROUND_WORK_S:g} s of round work): "
+        f"{doc['pairs'][WEDGED_HOST]['reasons']}")
     wait_for(f"PdfleetPairWedged firing for {WEDGED_HOST}",
              lambda: firing(fleet.prometheus, "PdfleetPairWedged", WEDGED_HOST), 180, 2.0)
     alert_s = time.time() - sent
@@ -203,7 +208,7 @@ def test_d_real_wedge_named_by_the_deployed_watchdog(fleet: Fleet) -> None:
                detect_s=round(detect, 1), budget_s=BUDGET_S, alert_firing_s=round(alert_s, 1),
                reasons=doc["pairs"][WEDGED_HOST]["reasons"], other_transitions=[t for h in others
                                                                                 for t in since(doc, h, sent)])
-    assert detect <= BUDGET_S, doc["transitions"]
+    assert detect <= BUDGET_S + ROUND_WORK_S, doc["transitions"]
     assert all(since(doc, h, sent) == [] for h in others), doc["transitions"]
     assert not any(firing(fleet.prometheus, "PdfleetPairWedged", h) for h in others)
     assert doc["remediation"]["remediations"] == []  # alert mode acts on nothing

@@ -172,9 +172,14 @@ def test_abort_reaches_every_prefill_rank(kind: str, sim_python: str, fake_env: 
                    "the decode-side abort")
         if kind == "pristine":
             wait_until(lambda: not any(_bootstrap_threads(p.prefill).values()), 5, "every rank's reader to die")
-            # the state can report a reader dead before its traceback reaches the log (CI saw 3 of 4): wait for all
-            wait_until(lambda: p.prefill.log.read_text().count("AssertionError: First message should be") == 4, 5,
-                       "every rank's traceback in the log")
+            # each rank's report whole (the simulator serializes them: its ranks are threads of one process)
+            report = "Exception in thread bootstrap_thread:\nTraceback (most recent call last):\n"
+            try:
+                wait_until(lambda: p.prefill.log.read_text().count(report) == 4
+                           and p.prefill.log.read_text().count("AssertionError: First message should be") == 4, 5,
+                           "every rank's whole traceback in the log")
+            except AssertionError as e:
+                raise AssertionError(f"{e}; the prefill's log:\n{p.prefill.log.read_text()}") from None
         else:
             assert p.request()[0] == 200
             threads = _bootstrap_threads(p.prefill)

@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from pdfleet.simworker.args import SettingsError, SimSettings, WorkerArgs, parse_args
@@ -35,6 +36,34 @@ def _setup_logging(level: str) -> None:
     # aiohttp's access log is noise at info level, as uvicorn's is muted by SGLang's default.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     logging.getLogger("aiohttp.server").addFilter(_quiet_protocol_probes)
+
+
+_REPORT_LOCK = threading.Lock()
+
+
+def _whole_thread_reports() -> None:
+    """Print each dying thread's traceback whole.
+
+    The simulator runs a worker's TP ranks as threads of one process (SGLang runs them as processes), so when
+    an ABORT kills every rank's reader at once, Python's default hook interleaves their tracebacks line by
+    line, and with the log lines on stdout. One lock, held together with the log handlers' locks, keeps each
+    report in one piece, as separate processes' reports would be.
+    """
+    default = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        handlers = logging.getLogger().handlers
+        with _REPORT_LOCK:
+            for h in handlers:
+                h.acquire()
+            try:
+                default(args)
+                sys.stderr.flush()
+            finally:
+                for h in reversed(handlers):
+                    h.release()
+
+    threading.excepthook = hook
 
 
 def _quiet_protocol_probes(record: logging.LogRecord) -> bool:
@@ -163,6 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pdfleet.simworker: {e}", file=sys.stderr)
         return 2
     _setup_logging(args.log_level)
+    _whole_thread_reports()
     if args.unknown_flags:
         logger.warning("Ignoring flags the simulator does not model: %s", " ".join(args.unknown_flags))
     if args.is_pd and args.disaggregation_transfer_backend != "nixl":
