@@ -3,8 +3,10 @@
 One document, one schema version, made by one function, so the CLI, the plays and the files handed between
 them (the verification play gives `pdfleet verify --plan FILE` the plan the preflight computed) never differ.
 Besides the plan itself (profile, versions, per-host units with their first-class fields) it carries what
-Ansible needs to render exactly what `pdfleet render` previews (`contexts`), where the bundle lives on the
-control machine (`paths`) and the simulated hosts' version-specific packages (`sim_packages`).
+Ansible needs to render exactly what `pdfleet render` previews (`contexts`), the facts the roles take as inputs
+(`role_facts`: the record's and the model manifest's file names, the driver's hold pattern, the patch's hashes)
+and the simulated hosts' version-specific packages (`sim_packages`). It names no path of the control machine, so
+every install (a checkout, a wheel) prints the same document; `control_paths` gives those paths apart.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from typing import Any
 
 from pdfleet.errors import PdfleetError
 from pdfleet.launchcheck import store as launchstore
-from pdfleet.paths import REPO_ROOT, TEMPLATE_DIR
+from pdfleet.patch import roleinputs
+from pdfleet.paths import PACKAGE_DIR, REPO_ROOT, TEMPLATE_DIR
 from pdfleet.planner import Plan
 from pdfleet.render import unit_context
-from pdfleet.versions import OVERLAY_REQUIREMENTS
+from pdfleet.versions import CONSTANTS, MODEL_MANIFEST_NAME, OVERLAY_REQUIREMENTS, RECORD_NAME
 
 SCHEMA = "pdfleet-plan/1"
 
@@ -35,13 +38,22 @@ def plan_document(plan: Plan) -> dict[str, Any]:
         host: [{k: v for k, v in unit_context(u, plan).items() if k != "ansible_managed"} for u in units]
         for host, units in plan.hosts.items()
     }
-    doc["paths"] = {"repo": str(REPO_ROOT), "templates": str(TEMPLATE_DIR),
-                    "package": str(REPO_ROOT / "scripts" / "pdfleet")}
+    doc["role_facts"] = {"record_name": RECORD_NAME, "model_manifest_name": MODEL_MANIFEST_NAME,
+                         "driver_hold_regex": dict(CONSTANTS["driver_hold_regex"]),
+                         "sglang_patch": roleinputs.patch_facts(str(plan.sglang["version"]))}
     # What the pinned SGLang resolves each worker to (pdfleet.launchcheck, committed), or how to resolve it.
     doc["effective_settings"] = launchstore.effective_settings(plan)
     doc["sim_packages"] = list(OVERLAY_REQUIREMENTS.get(str(plan.sglang["version"]), ()))
     # A JSON round trip, so the document is exactly what a file or the CLI would carry.
     return json.loads(json.dumps(doc))
+
+
+def control_paths(doc: dict[str, Any]) -> dict[str, str]:
+    """Where the files a plan's plays use are on the control machine: the bundle's root (its reports/), the unit
+    templates, the package (its files run on hosts by pdfleet_probe) and the patch of the planned version."""
+    version = str(doc["sglang"]["version"])
+    return {"bundle": str(REPO_ROOT), "templates": str(TEMPLATE_DIR), "package": str(PACKAGE_DIR),
+            "patch_file": roleinputs.patch_file(version)}
 
 
 def read_plan_document(path: Path) -> dict[str, Any]:

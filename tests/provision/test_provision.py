@@ -19,7 +19,7 @@ from .conftest import PROVISION
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 PIN, NEW_PIN = "580.95.05", "580.105.08"
-CONN_PATCH = Path(__file__).resolve().parents[2] / "ansible/roles/sglang/files/patches/0.5.15.post1/nixl-conn.patch"
+CONN_PATCH = Path(__file__).resolve().parents[2] / "scripts/pdfleet/patches/0.5.15.post1/nixl-conn.patch"
 
 
 def test_pinning_keeps_the_newer_branch_out(converged: ScratchCluster) -> None:

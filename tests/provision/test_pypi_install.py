@@ -37,7 +37,7 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]
     inv, state = root / "inventory", root / "state"
     inv.mkdir()
     with claimed_net() as net:
-        manifest = yaml.safe_load((REPO_ROOT / "ansible/roles/sglang/files/patches" / VERSION / "manifest.yml")
+        manifest = yaml.safe_load((REPO_ROOT / "scripts/pdfleet/patches" / VERSION / "manifest.yml")
                                   .read_text())
         (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {
             "vars": {"pdfleet_sim": {"bridge": f"pdfsc{net}", "cidr": f"10.{net}.0.0/24", "gateway": f"10.{net}.0.1",

@@ -14,7 +14,7 @@ from ansible.errors import AnsibleFilterError
 try:
     from pdfleet.cluster import supported_patches
     from pdfleet.errors import PlanError
-    from pdfleet.plandoc import plan_document
+    from pdfleet.plandoc import control_paths, plan_document
     from pdfleet.planner import build_plan
 except ImportError as exc:  # pragma: no cover - depends on how ansible-playbook was started
     _IMPORT_ERROR: ImportError | None = exc
@@ -37,6 +37,13 @@ def pdfleet_plan(cluster: object, hostvars: Mapping[str, Mapping[str, object]], 
     return plan_document(plan)
 
 
+def pdfleet_control_paths(plan: Mapping[str, object]) -> dict:
+    """Where the files the plan's plays use are on this control machine (pdfleet.plandoc.control_paths)."""
+    if _IMPORT_ERROR is not None:
+        raise AnsibleFilterError(f"the pdfleet package is not importable ({_IMPORT_ERROR})")
+    return control_paths(dict(plan))
+
+
 class FilterModule:
     def filters(self) -> dict:
-        return {"pdfleet_plan": pdfleet_plan}
+        return {"pdfleet_plan": pdfleet_plan, "pdfleet_control_paths": pdfleet_control_paths}

@@ -14,6 +14,7 @@ from pdfleet import fleet
 from pdfleet.fleet.http import HTTPError, call
 from pdfleet.planner import Plan
 from pdfleet.remote import RemoteError
+from pdfleet.versions import RECORD_NAME
 
 Runner = Callable[[str, str], tuple[int, str, str]]  # (host, command) -> (rc, out, err); RemoteError if unreachable
 
@@ -66,7 +67,7 @@ def status(plan: Plan, run: Runner, router_urls: set[str] | None, last_verify: s
     def one(host: str) -> HostLine:
         units = units_of(plan, host)
         cmd = (f"systemctl is-active {' '.join(shlex.quote(u) for u in units)}; echo '--'; "
-               f"cat {shlex.quote(venv)}/pdfleet-record.json 2>/dev/null; echo; echo '--'; "
+               f"cat {shlex.quote(venv + '/' + RECORD_NAME)} 2>/dev/null; echo; echo '--'; "
                "cat /var/lib/pdfleet-watchdog/state.json 2>/dev/null || true")
         _, out, _ = run(host, cmd)
         active_txt, _, rest = out.partition("--\n")

@@ -4,7 +4,7 @@ The facts were read from the package registry with pip itself (``registry_wheels
 lists for one release) and are kept beside the pins they describe:
 
 * a SGLang pin's own wheels (sglang, sglang-kernel, torch: the versions that sglang wheel requires) in the
-  ``wheels:`` section of its manifest, ``ansible/roles/sglang/files/patches/<version>/manifest.yml``;
+  ``wheels:`` section of its manifest, ``scripts/pdfleet/patches/<version>/manifest.yml``;
 * the pins shared by every SGLang pin (NIXL and its CUDA backends, the router) in ``constants.yml``
   (``pin_wheels``), next to ``pins`` themselves.
 

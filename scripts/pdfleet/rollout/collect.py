@@ -12,7 +12,8 @@ from pdfleet.cluster import plan_inventory
 from pdfleet.fleet.router import RouterClient, RouterError, RouterWorker
 from pdfleet.inventory import load_inventory
 from pdfleet.remote import RemoteError, connection_for, run
-from pdfleet.rollout.state import RECORD_NAME, HostState, host_states
+from pdfleet.rollout.state import HostState, host_states
+from pdfleet.versions import RECORD_NAME
 
 
 def read_records(inventory: Path, plan: dict[str, Any]) -> tuple[dict[str, dict[str, Any] | None], dict[str, str]]:

@@ -9,8 +9,7 @@ from typing import Any
 from pdfleet.fleet.pairs import Pair
 from pdfleet.fleet.router import RouterWorker
 from pdfleet.patch import manifest as patches
-
-RECORD_NAME = "pdfleet-record.json"
+from pdfleet.patch.roleinputs import sglang_inputs
 
 
 @dataclass(frozen=True)
@@ -28,7 +27,7 @@ class Installed:
 
     def role_vars(self) -> dict[str, Any]:
         """The sglang role's inputs that install exactly this."""
-        return {"sglang_version": self.version, "sglang_patch_id": self.patch_id, "sglang_apply_patch": self.patched}
+        return sglang_inputs(self.version, self.patched)
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": self.version, "patch_id": self.patch_id, "patched": self.patched, "sha256": self.sha256,

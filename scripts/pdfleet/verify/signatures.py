@@ -94,7 +94,7 @@ _HANDLED_DEBUG = r"Received abort notification for room (?P<room>\d+), (?:marked
 ABORT_HANDLED: dict[str, tuple[Signature, ...]] = {
     "0.5.15.post1": (
         _sig(_HANDLED_REASON,
-             "our patch (ansible/roles/sglang/files/patches/0.5.15.post1/nixl-conn.patch, "
+             "our patch (scripts/pdfleet/patches/0.5.15.post1/nixl-conn.patch, "
              "_handle_abort_notification: record_failure), printed by sglang/srt/disaggregation/prefill.py:778-789 "
              "(transfer) and :862-876 (bootstrap) via KVTransferError.__str__ (common/conn.py:64-65)"),
         _sig(_HANDLED_DEBUG, "our patch, _handle_abort_notification logger.debug (both branches)"),
@@ -108,7 +108,7 @@ ABORT_HANDLED: dict[str, tuple[Signature, ...]] = {
     ),
 }
 # Our patch's info-level count of handled ABORTs (both pins: 0.5.15.post1's own handler, 0.5.23's upstream one),
-# printed by _PdfleetAbortLog._write in ansible/roles/sglang/files/patches/<version>/nixl-conn.patch.
+# printed by _PdfleetAbortLog._write in scripts/pdfleet/patches/<version>/nixl-conn.patch.
 ABORT_COUNTED = _sig(r"pdfleet: bootstrap_thread handled (?P<count>\d+) decode ABORT message\(s\) on "
                      r"engine_rank=(?P<rank>\S+) since its previous line \(total (?P<total>\d+)\)",
                      "our patch (both pins): _PdfleetAbortLog._write, called from bootstrap_thread after each "
