@@ -16,7 +16,8 @@ from typing import NoReturn
 from pdfleet import conformance
 from pdfleet.cluster import plan_inventory
 from pdfleet.errors import PdfleetError
-from pdfleet.inventory import InventorySource, add_inventory_arguments, load_inventory, source_from_args
+from pdfleet.inventory import InventorySource, load_inventory
+from pdfleet.inventory_flags import add_inventory_arguments, source_from_args
 from pdfleet.launchcheck import cli as launchcheck_cli
 from pdfleet.launchcheck import store as launchstore
 from pdfleet.ops import cli as ops_cli
