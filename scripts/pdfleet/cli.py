@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from pdfleet import conformance, prune
+from pdfleet import conformance
 from pdfleet.cluster import plan_inventory
 from pdfleet.errors import PdfleetError
-from pdfleet.inventory import InventorySource, add_inventory_arguments, load_inventory, source_from_args
+from pdfleet.inventory import InventorySource, load_inventory
+from pdfleet.inventory_flags import add_inventory_arguments, source_from_args
 from pdfleet.launchcheck import cli as launchcheck_cli
 from pdfleet.launchcheck import store as launchstore
 from pdfleet.ops import cli as ops_cli
@@ -24,6 +25,8 @@ from pdfleet.patch import cli as patchcli
 from pdfleet.patch import status as patchstatus
 from pdfleet.plandoc import plan_document
 from pdfleet.planner import Plan, hardware_facts
+from pdfleet.prune.decide import removal_rows, removals
+from pdfleet.prune.hoststate import read_units
 from pdfleet.render import render_plan
 from pdfleet.rollout import cli as rollout_cli
 from pdfleet.sim import cli as sim_cli
@@ -95,13 +98,13 @@ def removals_report(source: InventorySource, plan: Plan, as_json: bool) -> int:
     found, errors = [], []
     for host in inventory.hosts:
         try:
-            found.append(prune.read_host(inventory, host, [u.name for u in plan.hosts.get(host, [])]))
+            found.append(removals(host, read_units(inventory, host), [u.name for u in plan.hosts.get(host, [])]))
         except PdfleetError as exc:
             errors.append(str(exc))
     if as_json:
         print(json.dumps({"ok": not errors, "hosts": [r.to_dict() for r in found], "errors": errors}, indent=2))
     else:
-        rows = prune.removal_rows(found)
+        rows = removal_rows(found)
         if rows:
             print(format_table(["host", "unit", "converge", "state", "url"], rows))
         elif found:

@@ -27,14 +27,8 @@ from pathlib import Path
 
 from pdfleet.clusterspec import HostSpec, parse_cluster
 from pdfleet.errors import InventoryError, PdfleetError
-from pdfleet.inventory import (
-    ROOT_VARIABLE,
-    HostConnection,
-    InventorySource,
-    add_inventory_arguments,
-    load_inventory,
-    source_from_args,
-)
+from pdfleet.inventory import ROOT_VARIABLE, HostConnection, InventorySource, load_inventory
+from pdfleet.inventory_flags import add_inventory_arguments, source_from_args
 from pdfleet.paths import PATCH_DIR, REPO_ROOT
 from pdfleet.planner import Plan, Unit
 from pdfleet.versions import DRIVER_HOLD_REGEX

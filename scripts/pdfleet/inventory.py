@@ -7,17 +7,15 @@ variables exist here (no facts, no play vars): that is what the planner and the 
 
 `Inventory.connection(host)` is the one place that says how to reach a host (address, port, user, key, SSH
 options); `pdfleet.remote`, the journal reader and conformance all use it.
+
+This module's one job is loading: the command-line flags that name an inventory are `pdfleet.inventory_flags`,
+and reading connection settings from inside an Ansible module is `pdfleet.inventory_child`.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import json
 import re
 import shlex
-import subprocess
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -320,49 +318,3 @@ def connections(source: InventorySource | str | Path | Sequence[str | Path],
     """How to reach each of ``hosts`` (``Inventory.connection``)."""
     inv = load_inventory(source)
     return {h: inv.connection(h) for h in hosts}
-
-
-_CONNECTIONS_CHILD = ("import dataclasses, json, sys\n"
-                      "from pdfleet.inventory import connections\n"
-                      "found = connections(sys.argv[1], sys.argv[2:])\n"
-                      "print(json.dumps({h: dataclasses.asdict(c) for h, c in found.items()}))\n")
-
-
-def connections_in_child(source: str | Path, hosts: Sequence[str], python: str = sys.executable,
-                         timeout_s: float = 120.0) -> dict[str, HostConnection]:
-    """The same, read by a fresh Python process. Inside an Ansible module (AnsiballZ) the payload's partial
-    ``ansible`` package (module_utils only) shadows ansible-core, whose InventoryManager then fails to import
-    (``cannot import name '_ambient_context' from 'ansible.module_utils._internal'``); a child interpreter
-    imports the real one."""
-    try:
-        proc = subprocess.run([python, "-c", _CONNECTIONS_CHILD, str(source), *hosts], capture_output=True,
-                              text=True, timeout=timeout_s, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise InventoryError(f"{source}: reading the hosts' connection settings failed: {e}") from None
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise InventoryError(f"{source}: reading the connection settings of {', '.join(hosts)} failed: {last}")
-    fields = {f.name for f in dataclasses.fields(HostConnection)}
-    out = {}
-    for host, d in json.loads(proc.stdout).items():
-        d = {k: v for k, v in d.items() if k in fields}
-        out[host] = HostConnection(**{**d, "ssh_args": tuple(d.get("ssh_args") or ())})
-    return out
-
-
-def add_inventory_arguments(parser: argparse.ArgumentParser, default_help: str = "") -> None:
-    """The inventory flags of every `pdfleet` command: the same as ansible-playbook's."""
-    g = parser.add_argument_group("inventory (as for ansible-playbook)")
-    g.add_argument("-i", "--inventory", type=Path, action="append", default=None,
-                   help=default_help or f"inventory directory or file, repeatable (default: {DEFAULT_INVENTORY.name})")
-    g.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VARS",
-                   help="extra variables: key=value, YAML/JSON, or @file (repeatable)")
-    g.add_argument("--vault-password-file", action="append", default=[], metavar="FILE",
-                   help="vault password file (repeatable; ANSIBLE_VAULT_PASSWORD_FILE works too)")
-    g.add_argument("--vault-id", action="append", default=[], metavar="ID", help="vault identity (repeatable)")
-
-
-def source_from_args(args: argparse.Namespace) -> InventorySource:
-    """The InventorySource the parsed inventory flags describe (default: the simulated cluster)."""
-    paths = tuple(args.inventory or ()) or (DEFAULT_INVENTORY,)
-    return InventorySource(paths, tuple(args.extra_vars), tuple(args.vault_password_file), tuple(args.vault_id))

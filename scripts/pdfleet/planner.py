@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pdfleet.clusterspec import ClusterSpec, InstanceSpec, parse_cluster
 from pdfleet.errors import PlanError, Problem
 from pdfleet.patch import manifest as patches
+from pdfleet.patch.errors import UnsupportedVersionError
 from pdfleet.paths import PATCH_DIR, REPO_ROOT
 from pdfleet.ucx import concrete_transports, misplaced_words, unknown_words, valid_names
 from pdfleet.versions import CUDA_DRIVER_FLOORS, CUDA_FLOOR, SUPPORTED_LOG_LEVELS, version_tuple
@@ -459,7 +460,7 @@ def hardware_facts(version: str) -> dict[str, patches.HardwareFacts]:
     """The pin's facts per compute capability, from its patch manifest (none for a version without one)."""
     try:
         return patches.load_manifest(version).hardware or {}
-    except patches.UnsupportedVersionError:
+    except UnsupportedVersionError:
         return {}
 
 

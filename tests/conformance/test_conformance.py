@@ -12,7 +12,10 @@ import urllib.error
 import urllib.request
 
 from pdfleet import conformance as c
-from pdfleet import gpu_peers, prune
+from pdfleet import gpu_peers
+from pdfleet.prune.decide import active_unplanned
+from pdfleet.prune.hoststate import SCAN_COMMAND, parse_scan
+from pdfleet.prune.units import UNIT_DIR, UNIT_GLOB
 
 from .conftest import hosts
 
@@ -144,11 +147,11 @@ def test_units_enabled_and_active(target, node):
 
 @hosts("all")
 def test_no_unplanned_pdfleet_unit_runs(target, node):
-    scan = _run(node, prune.SCAN_COMMAND)
-    assert scan.rc == 0, f"{target.name}: listing {prune.UNIT_DIR}/{prune.UNIT_GLOB} failed (rc {scan.rc})"
-    installed = prune.parse_scan(scan.stdout)
+    scan = _run(node, SCAN_COMMAND)
+    assert scan.rc == 0, f"{target.name}: listing {UNIT_DIR}/{UNIT_GLOB} failed (rc {scan.rc})"
+    installed = parse_scan(scan.stdout)
     active = [u.name for u in installed if u.active == "active"]
-    problems = prune.active_unplanned(target.name, active, installed, [u.name for u in target.units])
+    problems = active_unplanned(target.name, active, installed, [u.name for u in target.units])
     assert not problems, _problems(problems)
 
 

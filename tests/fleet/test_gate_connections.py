@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 from pdfleet.errors import InventoryError
-from pdfleet.inventory import connections, connections_in_child
+from pdfleet.inventory import connections
+from pdfleet.inventory_child import connections_in_child
 from pdfleet.paths import REPO_ROOT
 
 FLEET = REPO_ROOT / "inventory" / "sim-fleet"

@@ -90,7 +90,7 @@ def test_fleet_gate_refuses_when_too_few_pairs_serve(local_pd: LocalPD, tmp_path
 def test_pair_gate_reads_journals_through_the_inventory(local_pd: LocalPD, tmp_path: Path) -> None:
     """pdfleet_pair_gate with an inventory loads it with ansible-core's controller code, which cannot be
     imported inside the module's AnsiballZ payload: the hosts' connection settings are read by a child
-    interpreter (pdfleet.inventory.connections_in_child). Here the pair's host is in an inventory whose SSH port
+    interpreter (pdfleet.inventory_child.connections_in_child). Here the pair's host is in an inventory whose SSH port
     refuses: the protocol runs and the logs check names the SSH failure, never an import error from the payload."""
     pd = local_pd
     inv = tmp_path / "inv"

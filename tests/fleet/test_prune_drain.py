@@ -1,4 +1,4 @@
-"""The units role's drain step (pdfleet.prune.drain_stale) on fakes: a stale worker leaves the router and is
+"""The units role's drain step (pdfleet.prune.drain.drain_stale) on fakes: a stale worker leaves the router and is
 waited for until idle; a URL the plan gives to a successor stays in the router; a silent one is not waited for."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from pdfleet.prune import drain_stale
+from pdfleet.prune.drain import drain_stale
 
 from .fakes import FakeRouter, FakeWorker, metrics, sglang_loads
 

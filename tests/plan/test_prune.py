@@ -1,5 +1,6 @@
-"""What a converge removes (pdfleet.prune): the marker in every rendered unit, stale vs foreign units, the
-filter the units role uses, the SSH scan's parser, conformance's check and `pdfleet plan --removals`."""
+"""What a converge removes (pdfleet.prune: units, decide, hoststate): the marker in every rendered unit, stale vs
+foreign units, the filter the units role uses, the SSH scan's parser, conformance's check and `pdfleet plan
+--removals`."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pdfleet import prune
 from pdfleet.cluster import plan_inventory
 from pdfleet.paths import REPO_ROOT
+from pdfleet.prune.decide import active_unplanned, removals
+from pdfleet.prune.hoststate import SCAN_COMMAND, parse_scan
+from pdfleet.prune.units import UNIT_DIR, UNIT_GLOB, InstalledUnit, parse_unit
 from pdfleet.render import environment, render_plan
 from plan_support import EXAMPLES, PROFILES
 
@@ -36,18 +39,18 @@ def test_every_rendered_unit_carries_the_marker(profile: str, tmp_path: Path) ->
     plan = plan_inventory(EXAMPLES / profile)
     texts = _rendered(profile, tmp_path)
     for unit in plan.units():
-        found = prune.parse_unit(f"{UNITS}/{unit.name}.service", texts[unit.name])
+        found = parse_unit(f"{UNITS}/{unit.name}.service", texts[unit.name])
         assert found.marked and found.kind == unit.kind and found.role == unit.role and found.url == unit.url
         assert found.env_files == (f"{plan.service['config_dir']}/{unit.name}.env",)  # never secrets.env
 
 
 def test_stale_and_foreign_are_told_apart(tmp_path: Path) -> None:
     texts = _rendered("pd-4p4d", tmp_path)
-    installed = [prune.parse_unit(f"{UNITS}/{name}.service", text) for name, text in texts.items()]
-    installed += [prune.parse_unit(f"{UNITS}/pdfleet-handmade.service", FOREIGN),
-                  prune.parse_unit(f"{UNITS}/handmade-echo.service", FOREIGN)]
+    installed = [parse_unit(f"{UNITS}/{name}.service", text) for name, text in texts.items()]
+    installed += [parse_unit(f"{UNITS}/pdfleet-handmade.service", FOREIGN),
+                  parse_unit(f"{UNITS}/handmade-echo.service", FOREIGN)]
     # decode0 renamed: the plan names prefill0, decodeA and the router
-    r = prune.removals("gpu01", installed, ["pdfleet-prefill0", "pdfleet-decodeA", "pdfleet-router"])
+    r = removals("gpu01", installed, ["pdfleet-prefill0", "pdfleet-decodeA", "pdfleet-router"])
     assert [u.name for u in r.stale] == ["pdfleet-decode0"]
     assert r.stale[0].url == "http://192.0.2.10:30001" and r.stale[0].env_files == ("/etc/pdfleet/pdfleet-decode0.env",)
     assert [u.name for u in r.foreign] == ["pdfleet-handmade"]  # handmade-echo is outside the convention
@@ -55,9 +58,9 @@ def test_stale_and_foreign_are_told_apart(tmp_path: Path) -> None:
                             "not create it (no X-Pdfleet-Kind line); left alone. Rename it outside the pdfleet-* "
                             "convention, or remove it by hand."]
     # a host the plan no longer uses at all: everything of pdfleet's goes, the router last
-    gone = prune.removals("gpu01", installed, [])
+    gone = removals("gpu01", installed, [])
     assert [u.name for u in gone.stale] == ["pdfleet-decode0", "pdfleet-prefill0", "pdfleet-router"]
-    assert prune.removals("gpu01", installed, texts).stale == ()
+    assert removals("gpu01", installed, texts).stale == ()
 
 
 def test_the_roles_filter_reads_slurp_results(tmp_path: Path) -> None:
@@ -76,8 +79,8 @@ def test_the_roles_filter_reads_slurp_results(tmp_path: Path) -> None:
 
 def test_the_roles_find_pattern_is_the_convention() -> None:
     role_vars = yaml.safe_load((REPO_ROOT / "ansible/roles/pdfleet_units/vars/main.yml").read_text())
-    assert role_vars["__pdfleet_units_unit_dir"] == prune.UNIT_DIR
-    assert role_vars["__pdfleet_units_unit_glob"] == prune.UNIT_GLOB
+    assert role_vars["__pdfleet_units_unit_dir"] == UNIT_DIR
+    assert role_vars["__pdfleet_units_unit_glob"] == UNIT_GLOB
     settings = role_vars["__pdfleet_units_probe_settings"]
     assert "'unit_dir': __pdfleet_units_unit_dir" in settings and "'unit_glob': __pdfleet_units_unit_glob" in settings
 
@@ -89,26 +92,26 @@ def test_scan_command_output_is_parsed(tmp_path: Path) -> None:
     (unit_dir / "pdfleet-decode0.service").write_text(texts["pdfleet-decode0"])
     (unit_dir / "pdfleet-handmade.service").write_text(FOREIGN)
     (unit_dir / "other.service").write_text(FOREIGN)
-    cmd = prune.SCAN_COMMAND.replace(prune.UNIT_DIR, str(unit_dir))
+    cmd = SCAN_COMMAND.replace(UNIT_DIR, str(unit_dir))
     out = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, check=True).stdout
-    found = {u.name: u for u in prune.parse_scan(out)}
+    found = {u.name: u for u in parse_scan(out)}
     assert sorted(found) == ["pdfleet-decode0", "pdfleet-handmade"]
     assert found["pdfleet-decode0"].marked and found["pdfleet-decode0"].role == "decode"
     assert not found["pdfleet-handmade"].marked
-    assert prune.parse_scan("") == []
+    assert parse_scan("") == []
 
 
 def test_conformance_names_running_unplanned_units() -> None:
-    marked = prune.InstalledUnit("pdfleet-decode0", f"{UNITS}/pdfleet-decode0.service", True, "worker")
-    foreign = prune.InstalledUnit("pdfleet-handmade", f"{UNITS}/pdfleet-handmade.service", False)
+    marked = InstalledUnit("pdfleet-decode0", f"{UNITS}/pdfleet-decode0.service", True, "worker")
+    foreign = InstalledUnit("pdfleet-handmade", f"{UNITS}/pdfleet-handmade.service", False)
     active = ["pdfleet-prefill0.service", "pdfleet-decode0.service", "pdfleet-handmade.service", "sshd.service"]
-    problems = prune.active_unplanned("node1", active, [marked, foreign], ["pdfleet-prefill0", "pdfleet-router"])
+    problems = active_unplanned("node1", active, [marked, foreign], ["pdfleet-prefill0", "pdfleet-router"])
     assert problems == [
         "node1: pdfleet-decode0.service is running but the plan does not name it for this host (pdfleet created "
         "it: run site.yml to drain and remove it)",
         "node1: pdfleet-handmade.service is running but the plan does not name it for this host (pdfleet did not "
         "create it: stop it, or rename it outside the pdfleet-* convention)"]
-    assert prune.active_unplanned("node1", ["pdfleet-prefill0.service"], [], ["pdfleet-prefill0"]) == []
+    assert active_unplanned("node1", ["pdfleet-prefill0.service"], [], ["pdfleet-prefill0"]) == []
 
 
 def test_plan_removals_names_an_unreachable_host(tmp_path: Path) -> None:
@@ -142,18 +145,18 @@ def test_the_watchdog_is_planned_beside_the_router(tmp_path: Path) -> None:
     plan = plan_inventory(EXAMPLES / "pd-4p4d")
     plan_doc = json.loads(json.dumps(plan.to_dict()))
     host = next(h for h, units in plan_doc["hosts"].items() if any(u["kind"] == "router" for u in units))
-    watchdog = prune.parse_unit(f"{UNITS}/pdfleet-watchdog.service", _watchdog_unit(plan_doc, host), "active")
+    watchdog = parse_unit(f"{UNITS}/pdfleet-watchdog.service", _watchdog_unit(plan_doc, host), "active")
     assert watchdog.marked and watchdog.kind == "watchdog" and watchdog.beside == "pdfleet-router"
     assert watchdog.env_files == ()
     texts = _rendered("pd-4p4d", tmp_path)
-    installed = [prune.parse_unit(f"{UNITS}/{n}.service", t) for n, t in texts.items()] + [watchdog]
+    installed = [parse_unit(f"{UNITS}/{n}.service", t) for n, t in texts.items()] + [watchdog]
     planned = [u["name"] for u in plan_doc["hosts"][host]]
-    here = prune.removals(host, installed, planned)
+    here = removals(host, installed, planned)
     assert here.stale == () and here.foreign == () and here.warnings() == []
-    assert prune.active_unplanned(host, ["pdfleet-watchdog.service", *planned], installed, planned) == []
+    assert active_unplanned(host, ["pdfleet-watchdog.service", *planned], installed, planned) == []
     # the router moved to another host: the watchdog goes with it, before the router (it is not a worker)
-    moved = prune.removals(host, installed, [n for n in planned if n != "pdfleet-router"])
+    moved = removals(host, installed, [n for n in planned if n != "pdfleet-router"])
     assert [u.name for u in moved.stale] == ["pdfleet-watchdog", "pdfleet-router"]
-    assert prune.active_unplanned(host, ["pdfleet-watchdog.service"], installed, []) == [
+    assert active_unplanned(host, ["pdfleet-watchdog.service"], installed, []) == [
         f"{host}: pdfleet-watchdog.service is running but the plan does not name it for this host (pdfleet created "
         "it: run site.yml to drain and remove it)"]

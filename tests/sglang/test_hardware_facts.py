@@ -15,6 +15,7 @@ import pytest
 from pdfleet.errors import PdfleetError
 from pdfleet.patch import hwprobe, runtime
 from pdfleet.patch import manifest as patches
+from pdfleet.patch.errors import PatchError
 
 VERSIONS = patches.supported_versions()
 OLD, NEW = "0.5.15.post1", "0.5.23"  # the pin without and the pin with the SM120 guard
@@ -176,5 +177,5 @@ def test_a_malformed_section_is_refused(tmp_path: Path, bad: str, message: str) 
     manifest = folder / patches.MANIFEST_FILE
     text = manifest.read_text().replace("    env: []", bad)
     manifest.write_text(text.replace("    x: []\n    flags: []\n    limits: []\n", "    flags: []\n"))
-    with pytest.raises(patches.PatchError, match=message):
+    with pytest.raises(PatchError, match=message):
         patches.load_manifest(NEW, folder.parent)

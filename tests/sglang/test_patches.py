@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 from pdfleet.patch import manifest as patches
+from pdfleet.patch.apply import apply_to_copy, extract_from_wheel, sha256_file
+from pdfleet.patch.errors import PatchError, UnsupportedVersionError
 
 VERSIONS = patches.supported_versions()
 
@@ -19,11 +21,11 @@ def test_supported_versions_are_the_two_known_ones() -> None:
 def test_manifest_hashes_match_the_wheel_and_the_patch(version: str, wheels: dict[str, Path],
                                                        tmp_path: Path) -> None:
     manifest = patches.load_manifest(version)
-    pristine = patches.extract_from_wheel(wheels[version], manifest.file, tmp_path / "pristine.py")
-    assert patches.sha256_file(pristine) == manifest.pristine_sha256
+    pristine = extract_from_wheel(wheels[version], manifest.file, tmp_path / "pristine.py")
+    assert sha256_file(pristine) == manifest.pristine_sha256
     before = pristine.read_bytes()
-    patches.apply_to_copy(version, pristine, tmp_path / "patched.py")
-    assert patches.sha256_file(tmp_path / "patched.py") == manifest.patched_sha256
+    apply_to_copy(version, pristine, tmp_path / "patched.py")
+    assert sha256_file(tmp_path / "patched.py") == manifest.patched_sha256
     assert pristine.read_bytes() == before, "apply_to_copy must not touch the pristine file"
 
 
@@ -48,8 +50,8 @@ def test_patch_has_minimal_context_and_makes_the_guard_non_fatal(version: str) -
 
 
 def test_unsupported_version_lists_the_supported_ones(tmp_path: Path) -> None:
-    with pytest.raises(patches.UnsupportedVersionError) as err:
-        patches.apply_to_copy("0.5.14", tmp_path / "conn.py", tmp_path / "out.py")
+    with pytest.raises(UnsupportedVersionError) as err:
+        apply_to_copy("0.5.14", tmp_path / "conn.py", tmp_path / "out.py")
     assert "0.5.15.post1, 0.5.23" in str(err.value)
     assert err.value.exit_code == 2
 
@@ -57,8 +59,8 @@ def test_unsupported_version_lists_the_supported_ones(tmp_path: Path) -> None:
 def test_a_file_that_is_not_the_pristine_one_is_refused(tmp_path: Path) -> None:
     other = tmp_path / "conn.py"
     other.write_text("print('not sglang')\n")
-    with pytest.raises(patches.PatchError, match="is not the pristine"):
-        patches.apply_to_copy("0.5.23", other, tmp_path / "out.py")
+    with pytest.raises(PatchError, match="is not the pristine"):
+        apply_to_copy("0.5.23", other, tmp_path / "out.py")
     assert not (tmp_path / "out.py").exists()
 
 
@@ -70,7 +72,7 @@ def test_a_manifest_in_the_wrong_folder_is_refused(tmp_path: Path) -> None:
         "version: '1.0'\npatch_id: x\nfile: f\npristine_sha256: a\npatched_sha256: b\nparts: [3]\n"
         "upstream: {parts: [], note: ''}\n"
     )
-    with pytest.raises(patches.PatchError, match="lives in folder"):
+    with pytest.raises(PatchError, match="lives in folder"):
         patches.load_manifest("9.9.9", tmp_path)
     assert patches.supported_versions(tmp_path) == ["9.9.9"]
 
@@ -86,7 +88,7 @@ def test_superseded_hashes_are_the_earlier_patches_applied_to_the_wheel(version:
     current patched or pristine hash (those must not be reinstalled)."""
     manifest = patches.load_manifest(version)
     assert manifest.superseded, f"{version}: the manifest names no earlier patch"
-    pristine = patches.extract_from_wheel(wheels[version], manifest.file, tmp_path / "conn.py")
+    pristine = extract_from_wheel(wheels[version], manifest.file, tmp_path / "conn.py")
     for patch_id, sha in manifest.superseded.items():
         assert patch_id != manifest.patch_id
         assert sha not in (manifest.patched_sha256, manifest.pristine_sha256)
@@ -96,7 +98,7 @@ def test_superseded_hashes_are_the_earlier_patches_applied_to_the_wheel(version:
         proc = subprocess.run(["patch", "--batch", "--forward", "--fuzz=0", "--silent", str(old), str(patch_file)],
                               capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert patches.sha256_file(old) == sha, f"{version} {patch_id}: the manifest's superseded hash is wrong"
+        assert sha256_file(old) == sha, f"{version} {patch_id}: the manifest's superseded hash is wrong"
 
 
 def test_a_malformed_superseded_entry_is_refused(tmp_path: Path) -> None:
@@ -105,5 +107,5 @@ def test_a_malformed_superseded_entry_is_refused(tmp_path: Path) -> None:
     text = (patches.default_patches_dir() / "0.5.23" / "manifest.yml").read_text()
     (folder / "manifest.yml").write_text(text.replace("patched_sha256: 5349", "patched_sha256: zz49"))
     (folder / "nixl-conn.patch").write_text("")
-    with pytest.raises(patches.PatchError, match=r"superseded entry .* needs a patch_id and a 64-hex"):
+    with pytest.raises(PatchError, match=r"superseded entry .* needs a patch_id and a 64-hex"):
         patches.load_manifest("0.5.23", tmp_path)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from pdfleet.patch import manifest as patches
+from pdfleet.patch.errors import PatchError
 from pdfleet.patch.wheels import (
     host_problems,
     load_pin_wheels,
@@ -75,7 +76,7 @@ def test_a_changed_pin_without_its_wheel_facts_is_refused(tmp_path: Path) -> Non
     data = yaml.safe_load(manifest.read_text())
     del data["wheels"]
     manifest.write_text(yaml.safe_dump(data))
-    with pytest.raises(patches.PatchError, match=r"0\.5\.23/manifest\.yml wheels: expected a mapping"):
+    with pytest.raises(PatchError, match=r"0\.5\.23/manifest\.yml wheels: expected a mapping"):
         load_pin_wheels("0.5.23", tmp_path)
 
 
@@ -164,5 +165,5 @@ def test_the_registry_listing_keeps_the_releases_wheels_and_fails_when_nothing_w
     assert registry_wheels("nixl-cu13", "1.5.2", _fake_pip(out)) == [
         "nixl_cu13-1.5.2-cp312-cp312-manylinux_2_28_x86_64.whl"]
     assert registry_wheels("nixl-cu13", "1.5.9", _fake_pip(out)) == []  # other releases listed: the index was read
-    with pytest.raises(patches.PatchError, match="pip listed no wheel of sglang at all; is the package index"):
+    with pytest.raises(PatchError, match="pip listed no wheel of sglang at all; is the package index"):
         registry_wheels("sglang", "0.5.23", _fake_pip("ERROR: No matching distribution found for sglang==0.5.23"))

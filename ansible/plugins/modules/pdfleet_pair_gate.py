@@ -47,7 +47,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 try:
     from pdfleet import fleet
     from pdfleet.errors import InventoryError
-    from pdfleet.inventory import connections_in_child
+    from pdfleet.inventory_child import connections_in_child
     from pdfleet.verify.logs import SSHJournalLogs
 except ImportError as exc:  # pragma: no cover
     IMPORT_ERROR: ImportError | None = exc

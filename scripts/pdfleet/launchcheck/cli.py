@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from pdfleet.inventory import add_inventory_arguments, source_from_args
+from pdfleet.inventory_flags import add_inventory_arguments, source_from_args
 from pdfleet.launchcheck import check
 from pdfleet.table import format_table
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pdfleet.patch import manifest as patches
 from pdfleet.patch import runtime, wedge
+from pdfleet.patch.apply import apply_to_copy, extract_from_wheel
 from pdfleet.table import format_table
 
 
@@ -54,9 +55,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     wheel = runtime.sglang_wheel(version)
     results: list[wedge.CaseResult] = []
     with tempfile.TemporaryDirectory(prefix="pdfleet-patch-check-") as tmp:
-        pristine = patches.extract_from_wheel(wheel, manifest.file, Path(tmp) / "pristine" / "conn.py")
+        pristine = extract_from_wheel(wheel, manifest.file, Path(tmp) / "pristine" / "conn.py")
         patched = Path(tmp) / "patched" / "conn.py"
-        patches.apply_to_copy(version, pristine, patched)
+        apply_to_copy(version, pristine, patched)
         print(f"[pdfleet patch] {manifest.patch_id} applies to {manifest.file} of {wheel.name}; "
               "running the wedge cases", file=sys.stderr)
         for conn_file, is_patched in ((pristine, False), (patched, True)):

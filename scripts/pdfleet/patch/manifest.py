@@ -1,25 +1,20 @@
-"""The SGLang patch series: per-version manifests and patch files, and applying them.
+"""Read and check the SGLang patch series' per-version manifests (what each patch carries, its hashes, hardware).
 
 Each supported SGLang version has a folder ``ansible/roles/sglang/files/patches/<version>/`` with
 ``nixl-conn.patch`` (a unified diff against the pristine file from that version's wheel) and
 ``manifest.yml`` (what the patch carries and the hashes before and after). The Ansible role applies the
-same files on the hosts; this module applies them to scratch copies for verification.
+same files on the hosts; :mod:`pdfleet.patch.apply` applies them to scratch copies for verification.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
-import shutil
-import subprocess
-import tempfile
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from pdfleet.errors import PdfleetError
+from pdfleet.patch.errors import PatchError, UnsupportedVersionError
 from pdfleet.paths import PATCH_DIR
 
 PATCH_FILE = "nixl-conn.patch"
@@ -32,23 +27,6 @@ PARTS = {
 _REQUIRED_KEYS = ("version", "patch_id", "file", "pristine_sha256", "patched_sha256", "parts", "upstream")
 WORKER_ROLES = ("prefill", "decode", "mono")
 _ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
-
-
-class PatchError(PdfleetError):
-    """A patch could not be loaded, verified or applied; the message says what to do (exit code 2)."""
-
-
-class UnsupportedVersionError(PatchError):
-    """No patch series exists for the requested SGLang version."""
-
-    def __init__(self, version: str, supported: list[str]) -> None:
-        self.version = version
-        self.supported = supported
-        super().__init__(
-            f"SGLang {version} has no NIXL patch in pdfleet; supported versions: "
-            f"{', '.join(supported) or 'none'}. Pin sglang_version to one of them, or add "
-            f"ansible/roles/sglang/files/patches/{version}/ (patch + manifest)."
-        )
 
 
 @dataclass(frozen=True)
@@ -135,10 +113,6 @@ def supported_versions(patches_dir: Path | None = None) -> list[str]:
         return []
     found = [d.name for d in root.iterdir() if (d / MANIFEST_FILE).is_file()]
     return sorted(found, key=_version_key)
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load_manifest(version: str, patches_dir: Path | None = None) -> PatchManifest:
@@ -256,61 +230,3 @@ def _load_hardware(path: Path, raw: object) -> dict[str, HardwareFacts] | None:
                                      findings=tuple(str(x).strip() for x in section.get("findings") or ()),
                                      limits=tuple(limits))
     return out
-
-
-def extract_from_wheel(wheel: Path, member: str, dest: Path) -> Path:
-    """Copy ``member`` (e.g. the manifest's ``file``) out of a wheel into ``dest``."""
-    try:
-        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(src.read())
-    except KeyError as e:
-        raise PatchError(f"{wheel.name} has no {member}: is it an SGLang wheel?") from e
-    except zipfile.BadZipFile as e:
-        raise PatchError(f"{wheel} is not a valid wheel; delete it so it is downloaded again") from e
-    return dest
-
-
-def _patch_binary() -> str:
-    found = shutil.which("patch")
-    if found is None:
-        raise PatchError("GNU patch is not installed; install it (Debian: apt-get install patch)")
-    return found
-
-
-def apply_to_copy(
-    version: str, pristine_file: Path, dest: Path, patches_dir: Path | None = None
-) -> PatchManifest:
-    """Write the patched version of ``pristine_file`` to ``dest`` (the pristine file is not touched).
-
-    The pristine file's hash must match the manifest (else it is not that version's file), the GNU
-    ``patch`` binary must apply every hunk exactly, and the result must hash to ``patched_sha256``.
-    """
-    manifest = load_manifest(version, patches_dir)
-    actual = sha256_file(pristine_file)
-    if actual != manifest.pristine_sha256:
-        raise PatchError(
-            f"{pristine_file} (sha256 {actual[:12]}…) is not the pristine {manifest.file} of SGLang "
-            f"{version} (expected {manifest.pristine_sha256[:12]}…); take it from the sglang=={version} wheel"
-        )
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="pdfleet-patch-") as tmp:
-        out = Path(tmp) / "patched.py"
-        proc = subprocess.run(
-            [_patch_binary(), "--batch", "--forward", "--fuzz=0", "--silent", "--reject-file=-",
-             "-o", str(out), str(pristine_file), str(manifest.patch_path)],
-            capture_output=True, text=True, check=False,
-        )
-        if proc.returncode != 0:
-            raise PatchError(
-                f"{manifest.patch_path} did not apply to {pristine_file}: "
-                f"{(proc.stdout + proc.stderr).strip() or f'exit {proc.returncode}'}"
-            )
-        patched = sha256_file(out)
-        if patched != manifest.patched_sha256:
-            raise PatchError(
-                f"patching {version} gave sha256 {patched[:12]}…, the manifest expects "
-                f"{manifest.patched_sha256[:12]}…; regenerate the manifest after editing the patch"
-            )
-        shutil.copyfile(out, dest)
-    return manifest

@@ -5,7 +5,7 @@ Layout under ``root`` (default ``<repo>/.cache/runtime``, or ``$PDFLEET_RUNTIME_
     base/                          a venv: CUDA torch 2.14.1 + torchvision 0.29.1 + common deps (~6 GB)
     overlay-<version>/             pip --target: sglang==<version> (--no-deps) + its transformers pin …
     conn-<version>/pristine/conn.py   the wheel's sglang/srt/disaggregation/nixl/conn.py
-    conn-<version>/patched/conn.py    the same with pdfleet's patch applied (pdfleet.patch.manifest)
+    conn-<version>/patched/conn.py    the same with pdfleet's patch applied (pdfleet.patch.apply)
 
 Run code with ``base/bin/python`` and ``PYTHONPATH=overlay-<version>``, and load the pristine or patched
 conn.py with ``pdfleet.patch.nixlcpu.load_conn_module``. Each part holds a ``.pdfleet-recipe`` stamp with the
@@ -31,6 +31,8 @@ from pathlib import Path
 
 from pdfleet.errors import PdfleetError
 from pdfleet.patch import manifest as patches
+from pdfleet.patch.apply import apply_to_copy, extract_from_wheel, sha256_file
+from pdfleet.patch.errors import UnsupportedVersionError
 from pdfleet.paths import REPO_ROOT
 from pdfleet.versions import OVERLAY_REQUIREMENTS, PINS
 
@@ -231,7 +233,7 @@ def _build_base(rt: Runtime) -> None:
 
 def _build_overlay(rt: Runtime, version: str, wheel: Path) -> None:
     extra = OVERLAY_REQUIREMENTS[version]
-    recipe = _hash({"wheel": patches.sha256_file(wheel), "extra": list(extra), "base": _base_hash()})
+    recipe = _hash({"wheel": sha256_file(wheel), "extra": list(extra), "base": _base_hash()})
     target = rt.overlay(version)
     if _stamp_ok(target, recipe):
         _log(f"overlay {version} up to date: {target}")
@@ -263,13 +265,13 @@ def _build_conn_copies(rt: Runtime, version: str, wheel: Path) -> None:
     pristine, patched = rt.conn_file(version, False), rt.conn_file(version, True)
     if (
         pristine.is_file() and patched.is_file()
-        and patches.sha256_file(pristine) == manifest.pristine_sha256
-        and patches.sha256_file(patched) == manifest.patched_sha256
+        and sha256_file(pristine) == manifest.pristine_sha256
+        and sha256_file(patched) == manifest.patched_sha256
     ):
         return
     _log(f"writing pristine and patched ({manifest.patch_id}) conn.py for {version}")
-    patches.extract_from_wheel(wheel, manifest.file, pristine)
-    patches.apply_to_copy(version, pristine, patched)
+    extract_from_wheel(wheel, manifest.file, pristine)
+    apply_to_copy(version, pristine, patched)
 
 
 def ensure_runtime(
@@ -277,14 +279,14 @@ def ensure_runtime(
 ) -> Runtime:
     """Build (or reuse) the base venv, and the overlay and conn copies of each version (default: all).
 
-    Raises patches.UnsupportedVersionError for a version without a patch, RuntimeBuildError when a
+    Raises UnsupportedVersionError for a version without a patch, RuntimeBuildError when a
     step fails (with the tool's last output lines).
     """
     known = patches.supported_versions()
     wanted = list(versions) if versions else known
     for v in wanted:
         if v not in OVERLAY_REQUIREMENTS or v not in known:
-            raise patches.UnsupportedVersionError(v, [k for k in known if k in OVERLAY_REQUIREMENTS])
+            raise UnsupportedVersionError(v, [k for k in known if k in OVERLAY_REQUIREMENTS])
     rt = Runtime(Path(root) if root else default_root())
     rt.root.mkdir(parents=True, exist_ok=True)
     _build_base(rt)

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import yaml
 
-from pdfleet.patch.manifest import MANIFEST_FILE, PatchError, default_patches_dir, supported_versions
+from pdfleet.patch.errors import PatchError
+from pdfleet.patch.manifest import MANIFEST_FILE, default_patches_dir, supported_versions
 from pdfleet.versions import CONSTANTS, PINS, version_tuple
 
 # A wheel file name: name-version(-build)?-python-abi-platform.whl (PEP 427); tags may be dotted sets.

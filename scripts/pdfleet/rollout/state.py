@@ -9,6 +9,7 @@ from typing import Any
 from pdfleet.fleet.pairs import Pair
 from pdfleet.fleet.router import RouterWorker
 from pdfleet.patch import manifest as patches
+from pdfleet.patch.errors import PatchError
 from pdfleet.patch.roleinputs import sglang_inputs
 
 
@@ -52,7 +53,7 @@ def from_record(record: dict[str, Any] | None) -> Installed | None:
     version = str(record["version"])
     try:
         patch_id = patches.load_manifest(version).patch_id
-    except patches.PatchError:
+    except PatchError:
         patch_id = str(record.get("patch_id") or "")
     return Installed(version, patch_id, bool(record.get("patched")), str(record.get("sha256", "")))
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pdfleet.errors import PdfleetError
-from pdfleet.inventory import add_inventory_arguments, source_from_args
+from pdfleet.inventory_flags import add_inventory_arguments, source_from_args
 from pdfleet.paths import DEFAULT_INVENTORY
 from pdfleet.plandoc import read_plan_document
 from pdfleet.routerkey import router_key
