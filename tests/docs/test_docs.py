@@ -15,7 +15,8 @@ not read). YAML blocks and plain prose are not read, except for links.
     - a URL (``scheme://``), an absolute path (``/etc/...``, ``/var/lib/...``, ``/opt/...``, and HTTP routes
       such as ``/health``): host-side paths are not in this repository;
     - a placeholder: the token contains ``< > { } [ ] * $ …`` or ``...`` (``<inventory>/hosts.yml``,
-      ``reports/verify-<time>.json``, ``nvidia-*``);
+      ``reports/verify-<time>.json``, ``nvidia-*``); only its fixed leading folders are checked
+      (``ansible/roles/<role>/meta/argument_specs.yml``: ``ansible/roles/`` must exist);
     - a path under what a run creates (``reports/``, ``.cache/``, ``.venv/``: made by ``make setup`` and the
       tests, absent from a clean clone);
     - a file of the pinned SGLang package, always written from its top (``sglang/srt/...``);
@@ -147,10 +148,19 @@ def path_candidates(text: str) -> list[str]:
             continue
         if "://" in token or token.startswith(("/", "~")) or token in ("/", "//"):
             continue
-        if PLACEHOLDER_CHARS & set(token) or "..." in token:
-            continue
         first = token.split("/", 1)[0]
         if first in RUN_MADE_ROOTS or first in UPSTREAM_ROOTS or token.rstrip("/") in READER_PATHS + NOT_PATHS:
+            continue
+        if PLACEHOLDER_CHARS & set(token) or "..." in token:
+            # a placeholder path: its fixed leading folders still name the repository
+            # (ansible/roles/<role>/... -> ansible/roles/)
+            fixed = []
+            for part in token.split("/"):
+                if PLACEHOLDER_CHARS & set(part) or "..." in part:
+                    break
+                fixed.append(part)
+            if fixed and len(fixed) < len(token.split("/")):
+                out.append("/".join(fixed) + "/")
             continue
         out.append(token)
     return out
@@ -362,7 +372,10 @@ def test_path_candidates_rule():
             "pdfleet-plan/1")
     assert path_candidates(text) == ["tests/docs/test_docs.py", "site.yml", "ansible/roles/",
                                      "inventory/sim/hosts.yml", "inventory/x/baselines.json", "scripts/pdfleet/",
-                                     "tests/plan"]
+                                     "a/", "tests/plan"]
+    # a placeholder path: only its fixed leading folders
+    assert path_candidates("ansible/roles/<role>/meta/x.yml <venv>/pdfleet-record.json inventory/examples/* "
+                           "a/b/{c,d}.yml x-<time>.json") == ["ansible/roles/", "inventory/examples/", "a/b/"]
 
 
 def test_make_and_pdfleet_and_playbook_extractors():
