@@ -15,7 +15,7 @@ from pdfleet.clusterspec import ClusterSpec, InstanceSpec, parse_cluster
 from pdfleet.errors import PlanError, Problem
 from pdfleet.patch import manifest as patches
 from pdfleet.patch.errors import UnsupportedVersionError
-from pdfleet.paths import PATCH_DIR, REPO_ROOT
+from pdfleet.paths import PATCH_DIR, package_relative
 from pdfleet.ucx import concrete_transports, misplaced_words, unknown_words, valid_names
 from pdfleet.versions import CUDA_DRIVER_FLOORS, CUDA_FLOOR, SUPPORTED_LOG_LEVELS, version_tuple
 
@@ -467,7 +467,7 @@ def hardware_facts(version: str) -> dict[str, patches.HardwareFacts]:
 def _applied_facts(c: ClusterSpec, facts: Mapping[str, patches.HardwareFacts]) -> list[dict[str, object]]:
     """Each fact that reaches at least one worker unit, with the units, the wheel file and the condition."""
     out: list[dict[str, object]] = []
-    manifest = str((PATCH_DIR / c.sglang.version / patches.MANIFEST_FILE).relative_to(REPO_ROOT))
+    manifest = package_relative(PATCH_DIR / c.sglang.version / patches.MANIFEST_FILE)
     for cc, hw in sorted(facts.items()):
         insts = [i for i in c.instances if c.hosts[i.host].compute_capability == cc]
         entries: list[tuple[str, str, patches.EnvFact | patches.FlagFact | patches.LimitFact]] = [

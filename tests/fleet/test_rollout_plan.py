@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from pdfleet import fleet
+from pdfleet.patch.manifest import load_manifest
 from pdfleet.rollout import plan as rp
 from pdfleet.rollout import report
 from pdfleet.rollout.state import HostState, expected
@@ -30,8 +31,12 @@ def test_patch_rollout_is_host_by_host_canary_first() -> None:
     plan = rp.build(_fleet([PRISTINE] * 3))
     assert plan.strategy == "host-by-host" and plan.batches == [["node1"], ["node2"], ["node3"]]
     assert [s["serving_pairs_while_out"] for s in plan.steps] == [2, 2, 2] and not plan.refusal
-    assert plan.to_dict()["actions"]["node1"]["previous_vars"] == {
-        "sglang_version": "0.5.15.post1", "sglang_patch_id": "nixl-abort-v2", "sglang_apply_patch": False}
+    previous = plan.to_dict()["actions"]["node1"]["previous_vars"]
+    m = load_manifest("0.5.15.post1")  # the sglang role's inputs that put the pristine 0.5.15.post1 back
+    assert (previous["sglang_version"], previous["sglang_apply_patch"]) == ("0.5.15.post1", False)
+    assert previous["sglang_patch"]["patch_id"] == "nixl-abort-v2"
+    assert previous["sglang_patch"]["pristine_sha256"] == m.pristine_sha256
+    assert previous["sglang_patch_file"] == str(m.patch_path) and m.patch_path.is_file()
 
 
 def test_nothing_to_do() -> None:

@@ -34,7 +34,7 @@ def test_ansible_builder_creates_a_context_with_the_package(tmp_path: Path) -> N
     assert "pip install --no-cache-dir --no-deps /opt/pdfleet" in containerfile
     built = ctx / "_build" / "pdfleet"
     for path in ("pyproject.toml", "scripts/pdfleet/cli.py", "scripts/pdfleet/inventory.py",
-                 "templates/worker.service.j2",
+                 "scripts/pdfleet/templates/worker.service.j2", "scripts/pdfleet/patches/0.5.23/nixl-conn.patch",
                  "ansible/plugins/filter/pdfleet_plan.py", "ansible/roles/sglang/tasks/main.yml"):
         assert (built / path).is_file(), path
     reqs = (ctx / "_build" / "requirements.txt").read_text()

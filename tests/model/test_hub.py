@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from pdfleet import weights as mm
 from pdfleet.paths import REPO_ROOT
+from role_inputs import plan_inputs
 
 from .hfcli import hf_cli, pinned_hub_requirements, sim_inventory_sglang
 from .hubserver import HubRepo, HubServer, serve
@@ -83,7 +84,8 @@ def run_role(hf: Path, hub: HubServer, dest: Path, tmp: Path, *args: str, token:
     in `ps`, here the controller is the host). Asserts the token is in no output."""
     evars = {"ansible_python_interpreter": sys.executable, "model_path": str(dest), "model_owner": OWNER,
              "model_group": GROUP, "model_source": "hub", "model_hub_repo": REPO_ID, "model_hf_cli": str(hf),
-             "model_hub_endpoint": hub.url, "model_hf_token": token, "model_hub_poll_s": 1, **extra}
+             "model_hub_endpoint": hub.url, "model_hf_token": token, "model_hub_poll_s": 1, **plan_inputs("model"),
+             **extra}
     secrets = tmp / "secrets.json"
     secrets.write_text(json.dumps(evars))
     secrets.chmod(0o600)

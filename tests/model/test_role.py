@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from pdfleet import weights as mm
 from pdfleet.paths import REPO_ROOT
+from role_inputs import plan_inputs
 
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO_ROOT / ".venv")) / "bin"
 PLAYBOOK = Path(__file__).parent / "stage.yml"
@@ -27,6 +28,7 @@ GROUP = grp.getgrgid(os.getgid()).gr_name
 def run_role(model_path: Path, *args: str, check: bool = False, **extra: object) -> tuple[int, int, str]:
     """Run the role; return (rc, changed count, output)."""
     evars = {
+        **plan_inputs("model"),
         "ansible_python_interpreter": sys.executable,
         "model_path": str(model_path),
         "model_owner": OWNER,

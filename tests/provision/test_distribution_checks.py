@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from pdfleet.paths import REPO_ROOT
 from pdfleet.sim import distro
+from role_inputs import plan_inputs
 
 BIN = Path(sys.executable).parent
 URL = "http://mirror.invalid/cuda/repos/{}/x86_64"
@@ -61,7 +62,7 @@ def _results(stdout: str, task: str) -> dict[str, dict]:
 
 
 def test_the_look_picks_the_reported_release_and_the_checks_refuse_the_rest(tmp_path: Path) -> None:
-    inventory = {"all": {"hosts": {
+    inventory = {"all": {"vars": plan_inputs("nvidia_driver"), "hosts": {
         name: {"ansible_connection": "local", "ansible_python_interpreter": str(_interpreter(tmp_path, os_name)),
                "nvidia_driver_cuda_repo_url": url}
         for name, (os_name, url) in HOSTS.items()}}}

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from pdfleet.paths import REPO_ROOT
+from role_inputs import plan_inputs
 from simcluster import BIN, claimed_net, recap, skip_reason
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.long]
@@ -66,7 +67,8 @@ def _inventory(root: Path, net: int) -> tuple[Path, Path]:
     hosts = {name: {"ansible_host": f"10.{net}.0.{last}", "pdfleet_sim_os": os_name,
                     "nvidia_driver_cuda_repo_url": f"http://{gateway}:{PORT}/{path}/x86_64"}
              for name, (os_name, path, last) in HOSTS.items()}
-    (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}, sort_keys=False))
+    (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"vars": plan_inputs("nvidia_driver"), "hosts": hosts}},
+                                                   sort_keys=False))
     return inv, state
 
 

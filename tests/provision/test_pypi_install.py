@@ -19,6 +19,7 @@ import pytest
 import yaml
 from pdfleet.paths import REPO_ROOT
 from pdfleet.versions import CONSTANTS
+from role_inputs import plan_inputs
 from simcluster import BIN, claimed_net, recap, skip_reason
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.long]
@@ -37,15 +38,12 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]
     inv, state = root / "inventory", root / "state"
     inv.mkdir()
     with claimed_net() as net:
-        manifest = yaml.safe_load((REPO_ROOT / "scripts/pdfleet/patches" / VERSION / "manifest.yml")
-                                  .read_text())
         (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {
             "vars": {"pdfleet_sim": {"bridge": f"pdfsc{net}", "cidr": f"10.{net}.0.0/24", "gateway": f"10.{net}.0.1",
                                      "state_dir": str(state), "with_runtime": False},
                      "ansible_user": "root", "ansible_ssh_common_args": f"-F {state / 'ssh_config'}",
                      "ansible_python_interpreter": "/usr/bin/python3",
-                     "sglang_version": VERSION, "sglang_patch_id": manifest["patch_id"],
-                     "sglang_install_mode": "pypi"},
+                     **plan_inputs("sglang", VERSION), "sglang_install_mode": "pypi"},
             "hosts": {"gpuhost": {"ansible_host": f"10.{net}.0.11"}}}}))
         try:
             up = subprocess.run([str(BIN / "pdfleet"), "sim", "up", "-i", str(inv)], capture_output=True, text=True,

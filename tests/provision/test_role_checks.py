@@ -4,6 +4,7 @@ one reason at once (nothing is installed: every role fails at its check, before 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,18 +13,21 @@ from pathlib import Path
 
 import pytest
 from pdfleet.paths import REPO_ROOT
+from role_inputs import plan_inputs
 from standin_smi import stand_in_nvidia_smi
 
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO_ROOT / ".venv")) / "bin"
 
 
 def _run_role(tmp_path: Path, role: str, role_vars: str) -> str:
+    """``role`` with the plan's inputs (as the preflight hands them) and ``role_vars`` over them."""
     play = tmp_path / "play.yml"
     play.write_text(textwrap.dedent(f"""\
         - name: Run {role} against the control machine
           hosts: localhost
           connection: local
           gather_facts: false
+          vars: {json.dumps(plan_inputs(role))}
           roles:
             - role: {role}
               vars:
@@ -50,25 +54,34 @@ def test_driver_checks_name_every_problem_at_once(tmp_path: Path) -> None:
     assert "localhost is the control machine running this playbook" in failure
 
 
-def test_toolkit_checks_name_the_floor_and_the_missing_repository(tmp_path: Path) -> None:
+def test_toolkit_checks_name_a_malformed_release_and_the_missing_repository(tmp_path: Path) -> None:
+    """The floor is the planner's rule (tests/plan); the role checks that its input is a major.minor release."""
     out = _run_role(tmp_path, "cuda_toolkit", """\
-        cuda_toolkit_version: "12.4"
-        cuda_toolkit_floor: "12.8"
+        cuda_toolkit_version: "13"
         """)
-    failure = next(line for line in out.splitlines() if "is not allowed" in line)
-    assert "localhost: CUDA 12.4 (floor 12.8) is not allowed" in failure
+    failure = next(line for line in out.splitlines() if "is not a major.minor" in line)
+    assert "localhost: cuda_toolkit_version 13 is not a major.minor release (e.g. 13.0)" in failure
     assert "localhost: /etc/apt/sources.list.d/pdfleet-cuda.sources is missing" in failure
 
 
-def test_sglang_checks_name_a_wrong_patch_id_and_a_missing_wheel(tmp_path: Path) -> None:
+def test_sglang_checks_name_a_missing_sim_wheel(tmp_path: Path) -> None:
+    """The patch id is the planner's rule (the plan hands the role the version's patch); the role checks that sim
+    mode has the wheel it installs."""
     out = _run_role(tmp_path, "sglang", """\
-        sglang_version: 0.5.15.post1
-        sglang_patch_id: nixl-abort-v0
         sglang_install_mode: sim
         """)
-    failure = next(line for line in out.splitlines() if "carries nixl-abort-v2" in line)
-    assert "localhost: sglang_patch_id is nixl-abort-v0, but SGLang 0.5.15.post1 carries nixl-abort-v2" in failure
+    failure = next(line for line in out.splitlines() if "needs sglang_sim_wheel" in line)
     assert "localhost: sglang_install_mode=sim needs sglang_sim_wheel" in failure
+
+
+def test_a_role_without_the_plans_inputs_is_refused_naming_them(tmp_path: Path) -> None:
+    play = tmp_path / "play.yml"
+    play.write_text("- hosts: localhost\n  connection: local\n  gather_facts: false\n  roles: [sglang]\n")
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", str(play)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode != 0 and "changed=0" in proc.stdout, proc.stdout[-3000:]
+    out = proc.stdout + proc.stderr
+    assert "missing required arguments" in out and "sglang_patch" in out and "sglang_record_path" in out, out
 
 
 def test_nixl_checks_gpu_peer_access_before_any_change(tmp_path: Path) -> None:

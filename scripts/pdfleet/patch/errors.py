@@ -18,5 +18,5 @@ class UnsupportedVersionError(PatchError):
         super().__init__(
             f"SGLang {version} has no NIXL patch in pdfleet; supported versions: "
             f"{', '.join(supported) or 'none'}. Pin sglang_version to one of them, or add "
-            f"ansible/roles/sglang/files/patches/{version}/ (patch + manifest)."
+            f"scripts/pdfleet/patches/{version}/ (patch + manifest)."
         )

@@ -1,6 +1,6 @@
 """Read and check the SGLang patch series' per-version manifests (what each patch carries, its hashes, hardware).
 
-Each supported SGLang version has a folder ``ansible/roles/sglang/files/patches/<version>/`` with
+Each supported SGLang version has a folder ``scripts/pdfleet/patches/<version>/`` with
 ``nixl-conn.patch`` (a unified diff against the pristine file from that version's wheel) and
 ``manifest.yml`` (what the patch carries and the hashes before and after). The Ansible role applies the
 same files on the hosts; :mod:`pdfleet.patch.apply` applies them to scratch copies for verification.
@@ -98,7 +98,7 @@ class PatchManifest:
 
 
 def default_patches_dir() -> Path:
-    """The repository's ``ansible/roles/sglang/files/patches`` folder."""
+    """The package's ``patches`` folder (package data)."""
     return PATCH_DIR
 
 
