@@ -110,3 +110,27 @@ def test_pair_gate_reads_journals_through_the_inventory(local_pd: LocalPD, tmp_p
     assert "cannot import" not in problems and "module_utils" not in problems, logs
     checks = {c["name"]: c["status"] for c in json.loads(report.read_text())["report"]["checks"]}
     assert checks["config"] == "pass" and checks["liveness"] == "pass", checks
+
+
+@pytest.mark.parametrize(("name", "args"), [
+    ("pdfleet_router_swap", {"router_url": "http://127.0.0.1:9", "remove": [], "add": []}),
+    ("pdfleet_fleet_gate", {"router_url": "http://127.0.0.1:9", "plan": {}, "host": "h", "model": "m"}),
+    ("pdfleet_rollout_report", {"path": "/nonexistent", "rollout": {}, "outcome": {}, "started": 0.0}),
+], ids=["router_swap", "fleet_gate", "rollout_report"])
+def test_a_module_run_where_pdfleet_does_not_import_says_where_to_run_it(name: str, args: dict[str, Any],
+                                                                         tmp_path: Path) -> None:
+    """The controller modules' shared start (ansible/plugins/module_utils/pdfleet_module.py): an interpreter without
+    the pdfleet package (the host's own, not delegated to the control machine) fails with the way out, before
+    anything is asked of the arguments' values."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    play = [{"hosts": "localhost", "connection": "local", "gather_facts": False,
+             "tasks": [{"name": "run", name: args}]}]
+    (tmp_path / "play.yml").write_text(json.dumps(play))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
+                           str(tmp_path / "play.yml"), "-e", f"ansible_python_interpreter={bare / 'bin' / 'python'}"],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode != 0
+    assert "the pdfleet package is not importable (No module named 'pdfleet')" in proc.stdout, proc.stdout[-3000:]
+    assert "run ansible-playbook from the project venv" in proc.stdout

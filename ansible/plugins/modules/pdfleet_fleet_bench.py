@@ -33,29 +33,20 @@ bench: {description: The benchmark check (status, summary, measured)., type: dic
 
 from pathlib import Path  # noqa: E402 - Ansible modules put their documentation first
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.pdfleet_module import PdfleetImports, controller_module  # noqa: E402
 
-try:
+with PdfleetImports() as IMPORTS:
     from pdfleet.rollout import bench
-except ImportError as exc:  # pragma: no cover
-    IMPORT_ERROR: ImportError | None = exc
-else:
-    IMPORT_ERROR = None
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "router_url": {"type": "str", "required": True},
-            "model": {"type": "str", "required": True},
-            "baseline_file": {"type": "path", "required": True},
-            "save": {"type": "bool", "default": False},
-            "settings": {"type": "dict", "default": {}},
-        },
-        supports_check_mode=True,
-    )
-    if IMPORT_ERROR is not None:
-        module.fail_json(msg=f"the pdfleet package is not importable ({IMPORT_ERROR})")
+    module = controller_module({
+        "router_url": {"type": "str", "required": True},
+        "model": {"type": "str", "required": True},
+        "baseline_file": {"type": "path", "required": True},
+        "save": {"type": "bool", "default": False},
+        "settings": {"type": "dict", "default": {}},
+    }, IMPORTS)
     p = module.params
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: the benchmark sends traffic, not run")

@@ -43,34 +43,24 @@ canaries: {description: Each other pair's request (status, latency, problem)., t
 effective_min_pairs: {description: min_pairs as given (unset, 1; 0 on one pair)., type: int, returned: always}
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - Ansible modules put their documentation first
+from ansible.module_utils.pdfleet_module import ROUTER_ARGS, PdfleetImports, controller_module  # noqa: E402
 
-try:
+with PdfleetImports() as IMPORTS:
     from pdfleet import fleet
     from pdfleet.rollout.plan import effective_min_pairs
     from pdfleet.rollout.state import membership
-except ImportError as exc:  # pragma: no cover
-    IMPORT_ERROR: ImportError | None = exc
-else:
-    IMPORT_ERROR = None
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "router_url": {"type": "str", "required": True},
-            "api_key": {"type": "str", "no_log": True},
-            "plan": {"type": "dict", "required": True},
-            "host": {"type": "str", "required": True},
-            "min_pairs": {"type": "int"},
-            "model": {"type": "str", "required": True},
-            "deadline": {"type": "float", "default": 30.0},
-            "cross": {"type": "bool", "default": True},
-        },
-        supports_check_mode=True,
-    )
-    if IMPORT_ERROR is not None:
-        module.fail_json(msg=f"the pdfleet package is not importable ({IMPORT_ERROR})")
+    module = controller_module({
+        **ROUTER_ARGS,
+        "plan": {"type": "dict", "required": True},
+        "host": {"type": "str", "required": True},
+        "min_pairs": {"type": "int"},
+        "model": {"type": "str", "required": True},
+        "deadline": {"type": "float", "default": 30.0},
+        "cross": {"type": "bool", "default": True},
+    }, IMPORTS)
     p = module.params
     pairs = fleet.pairs_from_plan_dict(p["plan"])
     try:

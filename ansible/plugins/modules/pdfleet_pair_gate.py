@@ -42,34 +42,24 @@ import json  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.pdfleet_module import PdfleetImports, controller_module  # noqa: E402
 
-try:
+with PdfleetImports() as IMPORTS:
     from pdfleet import fleet
     from pdfleet.errors import InventoryError
     from pdfleet.inventory_child import connections_in_child
     from pdfleet.verify.logs import SSHJournalLogs
-except ImportError as exc:  # pragma: no cover
-    IMPORT_ERROR: ImportError | None = exc
-else:
-    IMPORT_ERROR = None
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "pair": {"type": "dict", "required": True},
-            "model": {"type": "str"},
-            "sglang_version": {"type": "str"},
-            "settings": {"type": "dict", "default": {}},
-            "inventory": {"type": "path"},
-            "report": {"type": "path"},
-        },
-        supports_check_mode=True,
-    )
-    if IMPORT_ERROR is not None:
-        module.fail_json(msg=f"the pdfleet package is not importable ({IMPORT_ERROR}): delegate to the control "
-                             "machine and run ansible-playbook from the project venv")
+    module = controller_module({
+        "pair": {"type": "dict", "required": True},
+        "model": {"type": "str"},
+        "sglang_version": {"type": "str"},
+        "settings": {"type": "dict", "default": {}},
+        "inventory": {"type": "path"},
+        "report": {"type": "path"},
+    }, IMPORTS)
     p = module.params
     started = time.time()
     if module.check_mode:

@@ -34,32 +34,22 @@ rollout: {description: strategy, order, batches, halves, actions, steps, refusal
 table: {description: The plan for people., type: list, returned: always}
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - Ansible modules put their documentation first
+from ansible.module_utils.pdfleet_module import ROUTER_ARGS, PdfleetImports, controller_module  # noqa: E402
 
-try:
+with PdfleetImports() as IMPORTS:
     from pdfleet.fleet.router import RouterClient, RouterError
     from pdfleet.rollout import plan as rollout_plan
     from pdfleet.rollout.state import host_states
-except ImportError as exc:  # pragma: no cover
-    IMPORT_ERROR: ImportError | None = exc
-else:
-    IMPORT_ERROR = None
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "plan": {"type": "dict", "required": True},
-            "records": {"type": "dict", "required": True},
-            "router_url": {"type": "str", "required": True},
-            "api_key": {"type": "str", "no_log": True},
-            "serial": {"type": "list", "elements": "raw", "default": [1, 1]},
-            "min_pairs": {"type": "int"},
-        },
-        supports_check_mode=True,
-    )
-    if IMPORT_ERROR is not None:
-        module.fail_json(msg=f"the pdfleet package is not importable ({IMPORT_ERROR})")
+    module = controller_module({
+        **ROUTER_ARGS,
+        "plan": {"type": "dict", "required": True},
+        "records": {"type": "dict", "required": True},
+        "serial": {"type": "list", "elements": "raw", "default": [1, 1]},
+        "min_pairs": {"type": "int"},
+    }, IMPORTS)
     p = module.params
     try:
         listed = RouterClient(p["router_url"], p["api_key"]).workers()

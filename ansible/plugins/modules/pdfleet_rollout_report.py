@@ -37,32 +37,23 @@ path: {description: The report's path., type: str, returned: always}
 import time  # noqa: E402 - Ansible modules put their documentation first
 from pathlib import Path  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.pdfleet_module import PdfleetImports, controller_module  # noqa: E402
 
-try:
+with PdfleetImports() as IMPORTS:
     from pdfleet.rollout import report
-except ImportError as exc:  # pragma: no cover
-    IMPORT_ERROR: ImportError | None = exc
-else:
-    IMPORT_ERROR = None
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "path": {"type": "path", "required": True},
-            "rollout": {"type": "dict", "required": True},
-            "timelines": {"type": "dict", "default": {}},
-            "outcome": {"type": "dict", "required": True},
-            "started": {"type": "float", "required": True},
-            "swap": {"type": "dict"},
-            "one_pair": {"type": "bool", "default": False},
-            "bench": {"type": "dict"},
-        },
-        supports_check_mode=True,
-    )
-    if IMPORT_ERROR is not None:
-        module.fail_json(msg=f"the pdfleet package is not importable ({IMPORT_ERROR})")
+    module = controller_module({
+        "path": {"type": "path", "required": True},
+        "rollout": {"type": "dict", "required": True},
+        "timelines": {"type": "dict", "default": {}},
+        "outcome": {"type": "dict", "required": True},
+        "started": {"type": "float", "required": True},
+        "swap": {"type": "dict"},
+        "one_pair": {"type": "bool", "default": False},
+        "bench": {"type": "dict"},
+    }, IMPORTS)
     p = module.params
     data = report.build(p["rollout"], p["timelines"], p["outcome"], p["started"], time.time(), p["swap"],
                         p["one_pair"], p["bench"])

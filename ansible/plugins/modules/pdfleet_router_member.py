@@ -51,38 +51,28 @@ finished: {description: Epoch when it ended., type: float, returned: always}
 
 import time  # noqa: E402 - Ansible modules put their documentation first
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - Ansible modules put their documentation first
+from ansible.module_utils.pdfleet_module import ROUTER_ARGS, PdfleetImports, controller_module  # noqa: E402
 
-try:
+with PdfleetImports() as IMPORTS:
     from pdfleet import fleet
     from pdfleet.rollout.state import membership
-except ImportError as exc:  # pragma: no cover - depends on the interpreter Ansible picked
-    IMPORT_ERROR: ImportError | None = exc
-else:
-    IMPORT_ERROR = None
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "router_url": {"type": "str", "required": True},
-            "api_key": {"type": "str", "no_log": True},
-            "pair": {"type": "dict", "required": True},
-            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-            "specs": {"type": "list", "elements": "dict", "default": []},
-            "drain_timeout": {"type": "float", "default": 300.0},
-            "fail_on_busy": {"type": "bool", "default": True},
-            "confirm": {"type": "bool", "default": True},
-            "confirm_timeout": {"type": "float", "default": 60.0},
-            "model": {"type": "str", "default": "default"},
-            "wait": {"type": "float", "default": 30.0},
-            "plan": {"type": "dict"},
-        },
-        supports_check_mode=True,
-    )
-    if IMPORT_ERROR is not None:
-        module.fail_json(msg=f"the pdfleet package is not importable ({IMPORT_ERROR}): delegate to the control "
-                             "machine and run ansible-playbook from the project venv (.venv/bin/ansible-playbook)")
+    module = controller_module({
+        **ROUTER_ARGS,
+        "pair": {"type": "dict", "required": True},
+        "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+        "specs": {"type": "list", "elements": "dict", "default": []},
+        "drain_timeout": {"type": "float", "default": 300.0},
+        "fail_on_busy": {"type": "bool", "default": True},
+        "confirm": {"type": "bool", "default": True},
+        "confirm_timeout": {"type": "float", "default": 60.0},
+        "model": {"type": "str", "default": "default"},
+        "wait": {"type": "float", "default": 30.0},
+        "plan": {"type": "dict"},
+    }, IMPORTS)
     p = module.params
     started = time.time()
     pair = fleet.Pair.from_dict(p["pair"])

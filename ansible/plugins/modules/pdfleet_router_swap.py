@@ -37,30 +37,20 @@ confirmed: {description: Each added pair's routing confirmation., type: list, re
 
 import time  # noqa: E402 - Ansible modules put their documentation first
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.pdfleet_module import ROUTER_ARGS, PdfleetImports, controller_module  # noqa: E402
 
-try:
+with PdfleetImports() as IMPORTS:
     from pdfleet import fleet
-except ImportError as exc:  # pragma: no cover
-    IMPORT_ERROR: ImportError | None = exc
-else:
-    IMPORT_ERROR = None
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "router_url": {"type": "str", "required": True},
-            "api_key": {"type": "str", "no_log": True},
-            "remove": {"type": "list", "elements": "dict", "required": True},
-            "add": {"type": "list", "elements": "dict", "required": True},
-            "model": {"type": "str", "default": "default"},
-            "confirm_timeout": {"type": "float", "default": 60.0},
-        },
-        supports_check_mode=True,
-    )
-    if IMPORT_ERROR is not None:
-        module.fail_json(msg=f"the pdfleet package is not importable ({IMPORT_ERROR})")
+    module = controller_module({
+        **ROUTER_ARGS,
+        "remove": {"type": "list", "elements": "dict", "required": True},
+        "add": {"type": "list", "elements": "dict", "required": True},
+        "model": {"type": "str", "default": "default"},
+        "confirm_timeout": {"type": "float", "default": 60.0},
+    }, IMPORTS)
     p = module.params
     started = time.time()
     router = fleet.RouterClient(p["router_url"], p["api_key"])
