@@ -57,7 +57,8 @@ def test_the_plan_document_carries_each_fact_with_its_source() -> None:
     assert sparse["units"] == ["pdfleet-prefill0"] and sparse["compute_capability"] == "12.0"
     assert sparse["file"] == "sglang/srt/layers/attention/deepseek_v4_backend.py"
     assert "_forward_prefill_sparse" in sparse["condition"] and "EnvBool(True)" in sparse["condition"]
-    assert sparse["manifest"] == "scripts/pdfleet/patches/0.5.15.post1/manifest.yml"
+    # the manifest as package data (pdfleet/...): the same string from a checkout and from an installed wheel
+    assert sparse["manifest"] == "pdfleet/patches/0.5.15.post1/manifest.yml"
     assert facts[f"{BACKEND}=triton"]["units"] == ["pdfleet-prefill0", "pdfleet-decode0"]
     # the contexts Ansible renders from carry the env too
     ctx = {c["pdfleet_units_unit"]["instance"]: c["pdfleet_units_unit"] for c in doc["contexts"]["gpu01"]}
