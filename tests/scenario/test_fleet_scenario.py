@@ -1,6 +1,6 @@
-"""The fleet scenario (issue 26, item 2): the README's fleet claims on one three-host sim fleet (router1 +
-node1-3, one TP4 prefill/decode pair each), stood up once, pristine, then in this order, each step starting
-where the last left the fleet and writing its figures to reports/fleet-scenario.json:
+"""The fleet scenario (issue 26, item 2): the fleet claims of the docs (docs/development.md lists them) on one
+three-host sim fleet (router1 + node1-3, one TP4 prefill/decode pair each), stood up once, pristine, then in this
+order, each step starting where the last left the fleet and writing its figures to reports/fleet-scenario.json:
 
 b. a rollout to the patched stack whose SECOND host (node2) fails its isolated gate (the rollout's test knob
    pdfleet_rollout_test_fault_host gives node2's gate a 1 ms liveness deadline): node1 is patched, node2 is rolled

@@ -5,7 +5,7 @@ watchdog (tests/sim/watchdog_site.yml).
 Two watchdogs watch the fleet: the deployed pdfleet-watchdog.service on router1 (alert mode) names the pair
 and feeds Prometheus on router1; remediation `restart` runs in the foreground from this machine with the scratch
 inventory (`pdfleet watchdog run -i`, journals and restarts over SSH), because the deployed unit restarts units
-on its own host only (README, "Where it runs") and router1 has no workers.
+on its own host only (docs/operating.md, "Watchdog": where it runs) and router1 has no workers.
 
 1. One pair wedged (one unknown frame to node2's prefill bootstrap sockets): both watchdogs name node2 WEDGED,
    node1 and node3 make no transition, PdfleetPairWedged fires for node2; a poller of the router's worker list

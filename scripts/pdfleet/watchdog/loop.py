@@ -24,7 +24,7 @@ from pdfleet.watchdog.statefile import write_state
 
 @dataclass
 class Config:
-    """The defaults and why (README, "Watchdog"): a wedged pair is named within
+    """The defaults and why (docs/operating.md, "Watchdog"): a wedged pair is named within
     failures_to_wedge x canary_deadline_s + interval_s = 2 x 20 + 15 = 55 s."""
 
     interval_s: float = 15.0
