@@ -13,7 +13,6 @@ from pathlib import Path
 PACKAGE_DIR = Path(str(resources.files("pdfleet")))
 TEMPLATE_DIR = PACKAGE_DIR / "templates"
 PATCH_DIR = PACKAGE_DIR / "patches"
-CONSTANTS_FILE = PACKAGE_DIR / "constants.yml"
 
 
 def _checkout() -> Path | None:
