@@ -15,7 +15,7 @@ site: setup
 PYTEST_REPORT = --durations=25 --junitxml=reports/junit.xml
 
 test: setup
-	@$(VENV)/bin/python tests/preflight.py
+	@$(VENV)/bin/python tests/machine_check.py
 	@mkdir -p reports
 	@$(VENV)/bin/pytest $(PYTEST_REPORT) $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pdfleet: pytest collected no tests: that is a failure" >&2; fi; exit $$rc
@@ -23,7 +23,7 @@ test: setup
 # The long tier: extra depth (other distributions, the pypi install mode, the whole fault catalogue, ...).
 # Never the only proof of a claim: each claim the README makes is proved by `make test`.
 test-long: setup
-	@$(VENV)/bin/python tests/preflight.py
+	@$(VENV)/bin/python tests/machine_check.py
 	@mkdir -p reports
 	@$(VENV)/bin/pytest -m long --durations=25 --junitxml=reports/junit-long.xml $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pdfleet: pytest collected no tests: that is a failure" >&2; fi; exit $$rc
@@ -37,10 +37,11 @@ setup: host-packages $(STAMP)
 host-packages:
 	@bash scripts/host-packages.sh
 
-$(STAMP): pyproject.toml
+# pdfleet and, from scripts/sim, the separate pdfleet-sim distribution (the simulator, `pdfleet sim`, test helpers).
+$(STAMP): pyproject.toml scripts/sim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	$(VENV)/bin/pip install --quiet -e '.[dev]' -e scripts/sim
 	touch $@
 
 clean-sim: setup

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 from pdfleet.paths import REPO_ROOT
-from pdfleet.testing.scratch import scratch_inventory
+from pdfleet_sim.testing.scratch import scratch_inventory
 
 BIN = Path(sys.executable).parent
 SITE = REPO_ROOT / "site.yml"

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from pdfleet.sim import aptrepo
+from pdfleet_sim import aptrepo
 
 DRIVER = "580.95.05"
 

@@ -9,15 +9,16 @@ import argparse
 import json
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
 
 from pdfleet import conformance
-from pdfleet.cluster import plan_inventory
 from pdfleet.errors import PdfleetError
 from pdfleet.inventory import InventorySource, load_inventory
 from pdfleet.inventory_flags import add_inventory_arguments, source_from_args
+from pdfleet.inventory_plan import plan_inventory
 from pdfleet.launchcheck import cli as launchcheck_cli
 from pdfleet.launchcheck import store as launchstore
 from pdfleet.ops import cli as ops_cli
@@ -29,7 +30,6 @@ from pdfleet.prune.decide import removal_rows, removals
 from pdfleet.prune.hoststate import read_units
 from pdfleet.render import render_plan
 from pdfleet.rollout import cli as rollout_cli
-from pdfleet.sim import cli as sim_cli
 from pdfleet.table import format_table
 from pdfleet.verify import cli as verify_cli
 from pdfleet.watchdog import cli as watchdog_cli
@@ -153,11 +153,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=Path, required=True, help="output directory (<dir>/<host>/...)")
     p.set_defaults(func=cmd_render)
 
-    for register in (patchcli.register, patchstatus.register, sim_cli.register, verify_cli.register,
+    for register in (patchcli.register, patchstatus.register, verify_cli.register,
                      conformance.register, rollout_cli.register, watchdog_cli.register, ops_cli.register,
                      launchcheck_cli.register):
         register(sub)
+    plugins = plugin_commands()
+    for _name, load in sorted(plugins.items()):
+        load()(sub)
+    for name, (help_text, message) in sorted(MISSING_COMMANDS.items()):
+        if name not in plugins:
+            # every argument (--help too) is taken as one of `rest`: the command answers with the message only
+            p = sub.add_parser(name, help=help_text, add_help=False, prefix_chars="\x01")
+            p.add_argument("rest", nargs="*")
+            p.set_defaults(func=_missing(message))
     return parser
+
+
+# Sub-commands other distributions add (their entry points in this group: name = "module:register"). The
+# simulator is one: pdfleet-sim (scripts/sim/pyproject.toml) declares `sim`, so this package never imports it.
+COMMAND_GROUP = "pdfleet.commands"
+# What a command of another distribution is, and what to say when that distribution is not installed.
+MISSING_COMMANDS = {
+    "sim": ("simulated cluster (needs the separate pdfleet-sim distribution)",
+            "`pdfleet sim` is the simulated cluster, the separate pdfleet-sim distribution (scripts/sim in the "
+            "checkout), and it is not installed here; in a checkout, `make setup` installs it next to pdfleet "
+            "(pip install -e scripts/sim)"),
+}
+
+
+def plugin_commands() -> dict[str, Callable[[], Callable[[argparse._SubParsersAction], None]]]:
+    """name -> a loader of the register function, for each entry point of COMMAND_GROUP (not imported yet)."""
+    return {ep.name: ep.load for ep in metadata.entry_points(group=COMMAND_GROUP)}
+
+
+def _missing(message: str) -> Callable[[argparse.Namespace], int]:
+    def run(_args: argparse.Namespace) -> int:
+        print(f"pdfleet: {message}", file=sys.stderr)
+        return 2
+    return run
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,8 +8,12 @@ turns the model into per-host launch units.  Parsing never stops at the first pr
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
+import re
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin
 
@@ -152,10 +156,76 @@ class ClusterSpec:
 
 ROOT_VARIABLE = "pdfleet_cluster"
 
+# The most values (mappings, lists and scalars together) a model may hold: a fleet of 1,000 8-GPU hosts with
+# eight instances each holds about 140,000 (tests/bench/fleet_inventory.py); a YAML alias bomb expands to
+# billions and would otherwise take hours to walk (counting stops just past this, in well under a second).
+MAX_VALUES = 500_000
+# Any integer of the model fits here (ports, counts, seconds, MiB); a field's own range is in BOUNDS.
+INT_RANGE = (-(2**31), 2**31 - 1)
+# Characters that must never reach a unit or environment file: a newline there starts a new directive.
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+PORT = (1, 65535)
+# Each numeric field's range (inclusive), by model class and field.
+BOUNDS: dict[tuple[type, str], tuple[float, float]] = {
+    (HostSpec, "gpu_count"): (1, 64),
+    (HostSpec, "gpu_memory_mib"): (1, 2**24),
+    (InstanceSpec, "tp"): (1, 64),
+    (InstanceSpec, "dp"): (1, 64),
+    (InstanceSpec, "port"): PORT,
+    (InstanceSpec, "nccl_port"): PORT,
+    (InstanceSpec, "bootstrap_port"): PORT,
+    (InstanceSpec, "mem_fraction_static"): (0.01, 0.99),
+    (RouterSpec, "port"): PORT,
+    (RouterSpec, "metrics_port"): PORT,
+    (RouterSpec, "health_check_interval_secs"): (1, 3600),
+    (RouterSpec, "drain_timeout_s"): (0, 86400),
+    (CudaSpec, "driver_branch"): (1, 10_000),
+    (NixlSpec, "bootstrap_timeout_s"): (1, 86400),
+    (NixlSpec, "waiting_timeout_s"): (1, 86400),
+    (ServiceSpec, "limit_nofile"): (1024, 2**20),
+    (ServiceSpec, "restart_sec"): (1, 3600),
+    (ServiceSpec, "start_timeout_s"): (1, 86400),
+    (ServiceSpec, "prefill_hold_down_s"): (0, 3600),
+}
+
+
+def short(value: object, limit: int = 60) -> str:
+    """A value for an error message: its repr, cut to `limit` characters (a model can be huge)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def short_name(value: object, limit: int = 40) -> str:
+    """A key or name for a field path in a message: itself, or cut to `limit` characters with its repr."""
+    text = str(value)
+    return text if len(text) <= limit and not CONTROL_CHARS.search(text) else short(value, limit)
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def count_values(value: object, limit: int = MAX_VALUES) -> int:
+    """How many values `value` holds, counted up to just past `limit` (shared references count each time)."""
+    count, stack = 0, [value]
+    while stack and count <= limit:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return count
+
 
 def parse_cluster(data: object) -> ClusterSpec:
     """Parse the raw `pdfleet_cluster` value; raise PlanError listing every problem found."""
     problems: list[Problem] = []
+    if count_values(data) > MAX_VALUES:
+        raise PlanError([Problem(ROOT_VARIABLE, f"holds more than {MAX_VALUES} values (a YAML alias that expands "
+                                 "again and again?)", "write the model out plainly; a fleet of 1,000 hosts "
+                                 "needs under 150,000 values")])
     result = _parse(ClusterSpec, data, ROOT_VARIABLE, problems)
     if problems:
         raise PlanError(problems)
@@ -202,38 +272,63 @@ def _parse(tp: Any, value: object, path: str, problems: list[Problem]) -> object
     elif origin is dict:
         if isinstance(value, dict):
             _key_tp, val_tp = get_args(tp)
-            return {str(k): _parse(val_tp, v, f"{path}.{k}", problems) for k, v in value.items()}
+            out = {}
+            for k, v in value.items():
+                key = _parse(str, k, f"{path} key {short_name(k)}", problems)
+                if key is not None:
+                    out[key] = _parse(val_tp, v, f"{path}.{key}", problems)
+            return out
     elif tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
+            if (isinstance(value, int) and not INT_RANGE[0] <= value <= INT_RANGE[1]) or not math.isfinite(value):
+                problems.append(Problem(path, f"{short(value)} is not a usable number", f"set {path} to a finite "
+                                        "number in its range"))
+                return None
             return float(value)
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
+            if not INT_RANGE[0] <= value <= INT_RANGE[1]:
+                problems.append(Problem(path, f"{short(value)} is out of range", f"set {path} to a number in its "
+                                        "range"))
+                return None
             return value
     elif tp is bool:
         if isinstance(value, bool):
             return value
     elif tp is str:
         if isinstance(value, str | int | float) and not isinstance(value, bool):
-            return str(value)
+            text = str(value)
+            bad = CONTROL_CHARS.search(text)
+            if bad:
+                problems.append(Problem(path, f"holds the control character {bad.group()!r} at offset {bad.start()} "
+                                        f"({short(text)}); a newline in a unit file would start a new directive",
+                                        f"remove it from {path}"))
+                return None
+            return text
     else:  # pragma: no cover - a model field of a type this parser does not know
         raise TypeError(f"unsupported model type {tp!r} at {path}")
     problems.append(
-        Problem(path, f"expected {_type_name(tp)}, found {value!r}", f"set {path} to {_type_name(tp)}")
+        Problem(path, f"expected {_type_name(tp)}, found {short(value)}", f"set {path} to {_type_name(tp)}")
     )
     return None
 
 
+@functools.cache
+def _model_fields(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
+    """A model class's field types and fields, worked out once per class (not once per host or instance)."""
+    return typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls)}
+
+
 def _parse_dataclass(cls: type, value: object, path: str, problems: list[Problem]) -> object:
     if not isinstance(value, dict):
-        problems.append(Problem(path, f"expected a mapping, found {value!r}", f"make {path} a mapping"))
+        problems.append(Problem(path, f"expected a mapping, found {short(value)}", f"make {path} a mapping"))
         return None
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints, fields = _model_fields(cls)
     for key in value:
         if key not in fields:
             known = ", ".join(sorted(fields))
             problems.append(
-                Problem(f"{path}.{key}", "unknown key (a typo?)", f"remove it or use one of: {known}")
+                Problem(f"{path}.{short_name(key)}", "unknown key (a typo?)", f"remove it or use one of: {known}")
             )
     kwargs: dict[str, object] = {}
     ok = True
@@ -246,6 +341,11 @@ def _parse_dataclass(cls: type, value: object, path: str, problems: list[Problem
             continue
         before = len(problems)
         kwargs[name] = _parse(hints[name], value[name], sub, problems)
+        bounds = BOUNDS.get((cls, name))
+        parsed = kwargs[name]
+        if bounds and isinstance(parsed, int | float) and not bounds[0] <= parsed <= bounds[1]:
+            span = f"{_num(bounds[0])}-{_num(bounds[1])}"
+            problems.append(Problem(sub, f"is {_num(parsed)}, outside {span}", f"set {sub} within {span}"))
         ok = ok and len(problems) == before
     if not ok:
         return None

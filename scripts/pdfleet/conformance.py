@@ -1,14 +1,15 @@
 """Conformance: does every host of an inventory match what the plan says it must be?
 
-The checks themselves are the pytest-testinfra suite in ``tests/conformance`` (SSH to each host, the
-inventory's ssh_config); this module holds what they share, kept free of pytest so it is unit-tested on its
-own: reading the inventory into per-host targets with their expectations, and turning what a host reports
-(nvidia-smi, dpkg, ucx_info, nvcc; GPU peer access is judged by pdfleet.gpu_peers, which the nixl role uses
-too) into a list of differences, each naming the host, what it found and what
-the plan expects.
+The checks themselves are the pytest-testinfra suite ``pdfleet.conformance_suite`` (SSH to each host, the
+inventory's ssh_config), shipped in the package so an installed wheel runs it without a checkout (pytest and
+pytest-testinfra are runtime dependencies for it); this module holds what they share, kept free of pytest so it
+is unit-tested on its own: reading the inventory into per-host targets with their expectations, and turning
+what a host reports (nvidia-smi, dpkg, ucx_info, nvcc; GPU peer access is judged by pdfleet.gpu_peers, which the
+nixl role uses too) into a list of differences, each naming the host, what it found and what the plan expects.
 
-    pdfleet conformance -i inventory/sim          # = pytest tests/conformance --inventory inventory/sim
+    pdfleet conformance -i inventory/sim          # = pytest <package>/conformance_suite --inventory inventory/sim
     pdfleet conformance -i inv -- -k gpu -x       # extra pytest arguments after --
+    pdfleet conformance -i inv -- --collect-only  # list the checks per host without connecting to any
 
 Exit codes: 0 every check passed, 1 a check failed, 2 the suite could not run (bad inventory, no hosts).
 """
@@ -29,11 +30,12 @@ from pdfleet.clusterspec import HostSpec, parse_cluster
 from pdfleet.errors import InventoryError, PdfleetError
 from pdfleet.inventory import ROOT_VARIABLE, HostConnection, InventorySource, load_inventory
 from pdfleet.inventory_flags import add_inventory_arguments, source_from_args
-from pdfleet.paths import PATCH_DIR, REPO_ROOT
+from pdfleet.paths import PACKAGE_DIR, PATCH_DIR, REPO_ROOT
 from pdfleet.planner import Plan, Unit
 from pdfleet.versions import DRIVER_HOLD_REGEX
 
-SUITE_DIR = REPO_ROOT / "tests" / "conformance"
+# The suite: package modules (the wheel carries it), run by pytest from the installed package's own copy.
+SUITE_DIR = PACKAGE_DIR / "conformance_suite"
 # What is held: every package of the driver (constants.yml, which the nvidia_driver role reads too).
 HELD_PACKAGES = DRIVER_HOLD_REGEX["Debian"]
 SMI_QUERY = "name,memory.total,compute_cap,driver_version"
@@ -86,7 +88,7 @@ class Expectations:
 
 def load(source: InventorySource | str | Path, ssh_config: str | None = None) -> Expectations:
     """Plan the inventory and describe each host to check; raise InventoryError/PlanError when it can't."""
-    from pdfleet.cluster import plan_of
+    from pdfleet.inventory_plan import plan_of
 
     src = InventorySource.of(source)
     inv = load_inventory(src)

@@ -3,7 +3,7 @@
 A prefill and a decode on one host move the KV cache GPU to GPU over CUDA IPC (UCX's cuda_ipc), which needs
 PCIe peer-to-peer between the two GPU sets: the RTX PRO 6000 has no NVLink, and ACS on the PCIe switches and
 root ports or an IOMMU in translated mode turn P2P off. This is the one parser and the one judgement: the
-conformance suite (tests/conformance) and the nixl role (its filter plugin pdfleet_gpu_peer_problems) both call
+conformance suite (pdfleet.conformance_suite) and the nixl role (its filter plugin pdfleet_gpu_peer_problems) both call
 :func:`peer_problems`. Standard library only (the Ansible filter imports it).
 
 The driver prints a matrix with a legend (tabs between the cells; the same layout for every capability)::

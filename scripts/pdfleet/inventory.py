@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pdfleet.clusterspec import MAX_VALUES, count_values
 from pdfleet.errors import InventoryError
 from pdfleet.paths import DEFAULT_INVENTORY
 
@@ -90,12 +91,44 @@ class HostConnection:
         return f"ssh://{user}{self.address}{port}"
 
 
-def _plain(value: object) -> object:
-    """Ansible's tagged types (and its vault/lazy containers) as plain Python data."""
+_MISSING = object()
+
+
+def _template_strings(value: object) -> list[str]:
+    """The strings in `value` (keys too) that may hold a template: the only parts that can template differently
+    from one host to another."""
+    from ansible.template import Templar
+
+    is_possibly_template = Templar().is_possibly_template
+    out: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        elif isinstance(item, str) and is_possibly_template(item):
+            out.append(item)
+    return out
+
+
+class _TooLarge(Exception):
+    """A variable holding more values than any model needs (a YAML alias bomb): stop walking it."""
+
+
+def _plain(value: object, budget: list[int] | None = None) -> object:
+    """Ansible's tagged types (and its vault/lazy containers) as plain Python data; at most MAX_VALUES values
+    (each element of Ansible's lazy containers is templated when read: an alias bomb would take minutes)."""
+    budget = [MAX_VALUES] if budget is None else budget
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _TooLarge
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): _plain(v, budget) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [_plain(v, budget) for v in value]
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int):
@@ -235,19 +268,34 @@ class Inventory:
         """One variable of `host`, templated the way a play would see it, as plain Python data."""
         key = (host, name)
         if key not in self._templated:
-            from ansible.errors import AnsibleError
-            from ansible.template import Templar
-
             raw = self.raw_vars(host)
             if name not in raw:
                 return default
-            try:
-                value = Templar(loader=self._loader, variables=raw).template(raw[name])
-            except AnsibleError as exc:
-                raise InventoryError(f"{self.source.describe()}: host {host}: cannot template {name}: "
-                                     f"{_one_line(str(exc))}") from None
-            self._templated[key] = _plain(value)
+            self._check_size(host, name, raw[name])
+            self._templated[key] = self._template(host, name, raw[name])
         return self._templated[key]
+
+    def _check_size(self, host: str, name: str, value: object) -> None:
+        if count_values(value) > MAX_VALUES:  # before templating, which walks all of it
+            raise InventoryError(f"{self.source.describe()}: host {host}: {name} holds more than {MAX_VALUES} "
+                                 "values (a YAML alias that expands again and again?); write it out plainly")
+
+    def _template(self, host: str, name: str, data: object) -> object:
+        """`data` templated with `host`'s variables, as plain Python data (`name` is for the messages)."""
+        from ansible.errors import AnsibleError
+        from ansible.template import Templar
+
+        try:
+            value = Templar(loader=self._loader, variables=self.raw_vars(host)).template(data)
+        except AnsibleError as exc:
+            raise InventoryError(f"{self.source.describe()}: host {host}: cannot template {name}: "
+                                 f"{_one_line(str(exc))}") from None
+        try:
+            return _plain(value)
+        except _TooLarge:
+            raise InventoryError(f"{self.source.describe()}: host {host}: {name} holds more than {MAX_VALUES} "
+                                 "values (a YAML alias that expands again and again?); write it out plainly"
+                                 ) from None
 
     @property
     def hosts(self) -> dict[str, str]:
@@ -259,17 +307,44 @@ class Inventory:
 
         A play plans per host; if hosts saw different values they would plan different clusters, so that is
         refused, naming a host that differs.
+
+        Linear in hosts and model size: hosts that get the variable from the same place (group_vars/all: one
+        object for every host) share one templating of it. Where it holds templates, only those strings are
+        templated per host, and the whole value once per distinct outcome (a model that templates alike on every
+        host is templated once; one that differs is refused as before).
         """
-        values = {h: self.var(h, name) for h in self.host_names}
+        values = self._shared_values(name)
         defined = {h: v for h, v in values.items() if v is not None}
         if not defined:
             return None
         first_host, first = next(iter(defined.items()))
         for h, v in values.items():
-            if v != first:
+            if v is not first and v != first:
                 raise InventoryError(f"{self.source.describe()}: {name} differs between hosts {first_host} and {h}; "
                                      f"define it once for the whole inventory (group_vars/all)")
         return first
+
+    def _shared_values(self, name: str) -> dict[str, object]:
+        """Every host's templated `name` (None where undefined), templating each distinct value once."""
+        sources: dict[int, list[str]] = {}  # id of the untemplated value -> the hosts that have that very object
+        raws: dict[int, object] = {}
+        for h in self.host_names:
+            raw = self.raw_vars(h)
+            if name in raw and (h, name) not in self._templated:
+                sources.setdefault(id(raw[name]), []).append(h)
+                raws[id(raw[name])] = raw[name]
+        for key, hosts in sources.items():
+            self._check_size(hosts[0], name, raws[key])
+            strings = _template_strings(raws[key])
+            done: list[tuple[object, object]] = []  # (the strings templated, the whole value templated)
+            for h in hosts:
+                outcome = self._template(h, name, strings) if strings else None
+                value = next((v for o, v in done if o == outcome), _MISSING)
+                if value is _MISSING:
+                    value = self._template(h, name, raws[key])
+                    done.append((outcome, value))
+                self._templated[(h, name)] = value
+        return {h: self.var(h, name) for h in self.host_names}
 
     @property
     def variables(self) -> dict[str, object]:

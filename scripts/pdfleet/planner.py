@@ -11,13 +11,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
+from pdfleet import valuerules
 from pdfleet.clusterspec import ClusterSpec, InstanceSpec, parse_cluster
 from pdfleet.errors import PlanError, Problem
 from pdfleet.patch import manifest as patches
 from pdfleet.patch.errors import UnsupportedVersionError
 from pdfleet.paths import PATCH_DIR, package_relative
 from pdfleet.ucx import concrete_transports, misplaced_words, unknown_words, valid_names
-from pdfleet.versions import CUDA_DRIVER_FLOORS, CUDA_FLOOR, SUPPORTED_LOG_LEVELS, version_tuple
+from pdfleet.versions import CUDA_DRIVER_FLOORS, CUDA_FLOOR, RESERVED_PORTS, SUPPORTED_LOG_LEVELS, version_tuple
 
 PD_PROFILES = ("pd-4p4d", "pd-multinode")
 _ENV_REF = re.compile(r"\$\{[A-Z][A-Z0-9_]*\}")  # left for systemd to expand from an EnvironmentFile
@@ -71,6 +72,9 @@ class Plan:
     host_specs: dict[str, dict[str, object]] = field(default_factory=dict)  # what each GPU host should have
     # The pin's hardware facts (its manifest's `hardware` section) applied to the units, each with its source.
     hardware_facts: list[dict[str, object]] = field(default_factory=list)
+    # The router's settings (the inventory's router section with the model's defaults): the drain timeout the
+    # pruning and the rollout wait for, its ports and policies.
+    router: dict[str, object] = field(default_factory=dict)
 
     def units(self) -> list[Unit]:
         return [u for units in self.hosts.values() for u in units]
@@ -125,6 +129,7 @@ def check_rules(
     problems += _check_heartbeat(c)
     problems += _check_hardware_limits(c)
     problems += _check_ucx_tls(c)
+    problems += valuerules.check_values(c, inventory_hosts)
     return problems
 
 
@@ -137,7 +142,7 @@ def heartbeat_forget_s(c: ClusterSpec) -> int:
     """Seconds a prefill must stay unreachable so that every decode has forgotten it.
 
     A decode checks each known prefill every interval and drops it after max_failures misses in a row
-    (pdfleet.simworker.heartbeat cites the code). A prefill down for interval x max_failures can still
+    (pdfleet_sim.worker.heartbeat cites the code). A prefill down for interval x max_failures can still
     slip between the checks by the time the checks themselves take; one more interval is the margin.
     """
     interval = max(c.nixl.heartbeat_interval_s, HEARTBEAT_MIN_INTERVAL_S)
@@ -251,7 +256,8 @@ def _instance_ports(inst: InstanceSpec) -> dict[str, int]:
 def _check_ports(c: ClusterSpec) -> list[Problem]:
     out: list[Problem] = []
     used: dict[tuple[str, int], str] = {}
-    claims = [("pdfleet_cluster.router.port", c.router.host, "router", {"port": c.router.port})]
+    claims = [("pdfleet_cluster.router", c.router.host, "router",
+               {"port": c.router.port, "metrics_port": c.router.metrics_port})]
     claims += [(f"pdfleet_cluster.instances[{i}] ({inst.name})", inst.host, inst.name, _instance_ports(inst))
                for i, inst in enumerate(c.instances)]
     for var, host, owner, ports in claims:
@@ -260,7 +266,7 @@ def _check_ports(c: ClusterSpec) -> list[Problem]:
             if not 1024 <= port <= 65535:
                 out.append(Problem(name, f"port {port} is outside 1024-65535",
                                    "pick an unprivileged port", host=host))
-            other = used.get((host, port))
+            other = used.get((host, port)) or (RESERVED_PORTS.get(port) if host == c.router.host else None)
             if other is not None:
                 out.append(Problem(name, f"port {port} is already taken by {other} on this host",
                                    "give every port on a host a single owner", host=host))
@@ -391,13 +397,15 @@ def _check_hardware_limits(c: ClusterSpec) -> list[Problem]:
 
 
 def _check_absolute(c: ClusterSpec) -> list[Problem]:
-    """Paths in the model section (and the service venv) must be absolute: a relative one resolves against
+    """Paths in the model section, the service venv and directories must be absolute: a relative one resolves against
     whatever directory a unit, Ansible or the control machine happens to run in."""
     out: list[Problem] = []
     for variable, value, fix in (
         ("pdfleet_cluster.model.path", c.model.path, "the weights' directory on every worker host"),
         ("pdfleet_cluster.model.mirror_path", c.model.mirror_path, "the model's directory on the control machine"),
         ("pdfleet_cluster.sglang.venv", c.sglang.venv, "the service venv on every host, e.g. /opt/pdfleet/venv"),
+        ("pdfleet_cluster.service.config_dir", c.service.config_dir, "the units' configuration, e.g. /etc/pdfleet"),
+        ("pdfleet_cluster.service.state_dir", c.service.state_dir, "the units' state, e.g. /var/lib/pdfleet"),
     ):
         if value and not value.startswith("/"):
             out.append(Problem(variable, f"{value!r} is a relative path", f"write it as an absolute path: {fix}"))
@@ -444,10 +452,10 @@ def _check_ucx_tls(c: ClusterSpec) -> list[Problem]:
     return out
 
 
-def _required_transports(c: ClusterSpec, host: str) -> list[str]:
-    """Transports `ucx_info -d` must list on `host`: the concrete UCX_TLS words (no aliases, no exclusions), plus
-    cuda_ipc where a prefill and a decode share the host (the KV cache moves GPU to GPU over CUDA IPC)."""
-    roles = {i.role for i in c.instances if i.host == host}
+def _required_transports(c: ClusterSpec, roles: set[str]) -> list[str]:
+    """Transports `ucx_info -d` must list on a host whose instances have `roles`: the concrete UCX_TLS words (no
+    aliases, no exclusions), plus cuda_ipc where a prefill and a decode share the host (the KV cache moves GPU to
+    GPU over CUDA IPC)."""
     if not roles & {"prefill", "decode"}:
         return []
     out = concrete_transports(c.nixl.ucx_tls)
@@ -486,7 +494,11 @@ def _applied_facts(c: ClusterSpec, facts: Mapping[str, patches.HardwareFacts]) -
 def _plan(c: ClusterSpec, inventory_hosts: Mapping[str, str]) -> Plan:
     hosts: dict[str, list[Unit]] = {name: [] for name in inventory_hosts}
     facts = hardware_facts(c.sglang.version)
-    workers = [_worker_unit(c, inst, inventory_hosts[inst.host], facts.get(c.hosts[inst.host].compute_capability))
+    roles: dict[str, set[str]] = {}  # host -> the roles of its instances (one pass, not one per instance)
+    for inst in c.instances:
+        roles.setdefault(inst.host, set()).add(inst.role)
+    workers = [_worker_unit(c, inst, inventory_hosts[inst.host], facts.get(c.hosts[inst.host].compute_capability),
+                            roles[inst.host])
                for inst in c.instances]
     for unit in workers:
         hosts[unit.host].append(unit)
@@ -502,11 +514,13 @@ def _plan(c: ClusterSpec, inventory_hosts: Mapping[str, str]) -> Plan:
         hosts={h: units for h, units in hosts.items() if units},
         host_specs={name: asdict(spec) for name, spec in c.hosts.items()},
         hardware_facts=_applied_facts(c, facts),
+        router=asdict(c.router),
     )
 
 
-def _worker_unit(c: ClusterSpec, inst: InstanceSpec, address: str, hw: patches.HardwareFacts | None) -> Unit:
-    module = "pdfleet.simworker" if c.sglang.launcher == "sim" else "sglang.launch_server"
+def _worker_unit(c: ClusterSpec, inst: InstanceSpec, address: str, hw: patches.HardwareFacts | None,
+                 host_roles: set[str]) -> Unit:
+    module = "pdfleet_sim.worker" if c.sglang.launcher == "sim" else "sglang.launch_server"
     argv = [f"{c.sglang.venv}/bin/python", "-m", module,
             "--model-path", c.model.path,
             "--served-model-name", c.model.served_name or c.model.name,
@@ -545,7 +559,7 @@ def _worker_unit(c: ClusterSpec, inst: InstanceSpec, address: str, hw: patches.H
         ucx_tls=[w.strip() for w in c.nixl.ucx_tls.split(",") if w.strip()] if inst.role != "mono" else [],
         ucx_net_devices=[d.strip() for d in c.nixl.ucx_net_devices.split(",") if d.strip()]
         if inst.role != "mono" else [],
-        required_transports=_required_transports(c, inst.host),
+        required_transports=_required_transports(c, host_roles),
     )
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import jinja2
 
+from pdfleet.errors import PdfleetError
 from pdfleet.paths import TEMPLATE_DIR
 from pdfleet.planner import Plan, Unit
 
@@ -57,14 +58,23 @@ def render_unit(unit: Unit, plan: Plan, env: jinja2.Environment | None = None) -
     return {out: env.get_template(tpl).render(ctx) for out, tpl in unit_templates(unit).items()}
 
 
+class RenderPathError(PdfleetError):
+    """A host or unit name that would put a file outside the output directory (the planner refuses such names;
+    this is the writer's own guard)."""
+
+
 def render_plan(plan: Plan, out_dir: Path) -> list[Path]:
     """Write every host's files under out_dir/<host>/; only files whose bytes change are rewritten."""
     env = environment()
     written: list[Path] = []
+    root = out_dir.resolve()
     for host, units in plan.hosts.items():
         for unit in units:
             for name, text in render_unit(unit, plan, env).items():
                 path = out_dir / host / name
+                if path.resolve().parent != root / host or Path(host).name != host or host in {".", ".."}:
+                    raise RenderPathError(f"{host}: {host}/{name} would be written outside {out_dir}; rename the "
+                                          "host or unit to a plain name (letters, digits, . _ -)")
                 path.parent.mkdir(parents=True, exist_ok=True)
                 if not path.exists() or path.read_text(encoding="utf-8") != text:
                     path.write_text(text, encoding="utf-8")

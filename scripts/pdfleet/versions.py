@@ -30,6 +30,8 @@ CUDA_DRIVER_FLOORS: dict[str, tuple[int, ...]] = {
 }
 CUDA_FLOOR: str = str(CONSTANTS["cuda_floor"])
 RECORD_NAME: str = CONSTANTS["record_name"]
+# Ports the router host's other services listen on (Prometheus, the watchdog's metrics): no unit may take them.
+RESERVED_PORTS: dict[int, str] = {int(k): str(v) for k, v in CONSTANTS["reserved_ports"].items()}
 MODEL_MANIFEST_NAME: str = CONSTANTS["model_manifest_name"]
 DRIVER_HOLD_REGEX: dict[str, re.Pattern[str]] = {
     distro: re.compile(pattern) for distro, pattern in CONSTANTS["driver_hold_regex"].items()

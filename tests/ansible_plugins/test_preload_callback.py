@@ -1,5 +1,6 @@
-"""The pdfleet_preload callback (ansible/plugins/callback): the controller loads the Jinja test and filter plugins
-before the first task, so a task's worker process inherits them instead of loading them itself."""
+"""The pdfleet.cluster.pdfleet_preload callback (ansible/plugins/callback): the controller loads the Jinja test and
+filter plugins (the collection's by their full names) before the first task, so a task's worker process inherits
+them instead of loading them itself."""
 
 from __future__ import annotations
 
@@ -24,9 +25,13 @@ def _loaded(_value):
     return sorted(name.split("_")[0] for name in sys.modules if name.startswith("ansible.plugins.test."))
 
 
+def _ours(_value):
+    return sorted(name for name in sys.modules if name.startswith("ansible_collections.pdfleet.cluster.plugins."))
+
+
 class FilterModule:
     def filters(self):
-        return {"test_plugins_loaded": _loaded}
+        return {"test_plugins_loaded": _loaded, "pdfleet_plugins_loaded": _ours}
 '''
 
 PLAYBOOK = """\
@@ -36,13 +41,13 @@ PLAYBOOK = """\
   tasks:
     - name: Write the test plugin modules the worker holds
       ansible.builtin.copy:
-        content: "{{ 'x' | test_plugins_loaded | to_json }}"
+        content: "{{ {'tests': 'x' | test_plugins_loaded, 'ours': 'x' | pdfleet_plugins_loaded} | to_json }}"
         dest: "{{ playbook_dir }}/loaded.json"
         mode: "0644"
 """
 
 
-def _loaded_in_worker(tmp_path: Path, callbacks: str | None) -> list[str]:
+def _loaded_in_worker(tmp_path: Path, callbacks: str | None) -> dict[str, list[str]]:
     (tmp_path / "filter").mkdir(exist_ok=True)
     (tmp_path / "filter" / "report.py").write_text(textwrap.dedent(REPORT_FILTER))
     (tmp_path / "play.yml").write_text(PLAYBOOK)
@@ -57,7 +62,12 @@ def _loaded_in_worker(tmp_path: Path, callbacks: str | None) -> list[str]:
 
 
 def test_the_worker_inherits_the_test_plugins_the_controller_loaded(tmp_path: Path) -> None:
-    # the repository's ansible.cfg enables the callback: the worker already holds the core tests
-    assert "ansible.plugins.test.core" in _loaded_in_worker(tmp_path, None)
-    # without it the worker holds none until a template of its own uses a test
-    assert _loaded_in_worker(tmp_path, "ansible.builtin.junit") == []
+    # the repository's ansible.cfg enables the callback (pdfleet.cluster.pdfleet_preload): the worker already holds
+    # the core tests, and the collection's filters and lookup, loaded by their full names
+    loaded = _loaded_in_worker(tmp_path, None)
+    assert "ansible.plugins.test.core" in loaded["tests"]
+    assert {"ansible_collections.pdfleet.cluster.plugins.filter.pdfleet_plan",
+            "ansible_collections.pdfleet.cluster.plugins.filter.pdfleet_units_prune",
+            "ansible_collections.pdfleet.cluster.plugins.lookup.pdfleet_template"} <= set(loaded["ours"]), loaded
+    # without it the worker holds none until a template of its own uses one
+    assert _loaded_in_worker(tmp_path, "ansible.builtin.junit") == {"tests": [], "ours": []}

@@ -36,24 +36,24 @@ PLAYBOOK = """\
   gather_facts: false
   tasks:
     - name: Echo
-      pdfleet_probe:
+      pdfleet.cluster.pdfleet_probe:
         src: echo.py
         settings: {path: "/etc/it's here", n: 3, nested: {a: [1, 2]}}
       register: echo
     - name: Fails
-      pdfleet_probe: {src: fails.py}
+      pdfleet.cluster.pdfleet_probe: {src: fails.py}
       register: fails
       ignore_errors: true
     - name: Not JSON
-      pdfleet_probe: {src: notjson.py}
+      pdfleet.cluster.pdfleet_probe: {src: notjson.py}
       register: notjson
       ignore_errors: true
     - name: Unknown argument
-      pdfleet_probe: {src: echo.py, setings: {}}
+      pdfleet.cluster.pdfleet_probe: {src: echo.py, setings: {}}
       register: unknown
       ignore_errors: true
     - name: Missing file
-      pdfleet_probe: {src: nowhere.py}
+      pdfleet.cluster.pdfleet_probe: {src: nowhere.py}
       register: missing
       ignore_errors: true
     - name: Results

@@ -117,6 +117,36 @@ def test_watchdog_probe_names_a_changed_wheel_file(tmp_path: Path) -> None:
     assert changed == f"{lib / 'pdfleet' / 'a.py'} (sha256 differs from the RECORD)"
 
 
+def _install_fake_wheel(lib: Path, dist: str, package: str, text: str) -> Path:
+    """A distribution `dist` in site-packages `lib` with one module, its RECORD naming the module's sha256."""
+    (lib / f"{dist}-0.1.0.dist-info").mkdir(parents=True)
+    (lib / package).mkdir()
+    module = lib / package / "a.py"
+    module.write_text(text)
+    h = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+    (lib / f"{dist}-0.1.0.dist-info" / "RECORD").write_text(f"{package}/a.py,sha256={h},{len(text)}\n")
+    return module
+
+
+def test_sglang_probe_checks_both_sim_wheels(tmp_path: Path) -> None:
+    """Sim mode installs pdfleet and pdfleet-sim: the look is good only when both are installed and unedited."""
+    venv = tmp_path / "venv"
+    lib = venv / "lib" / "python3.11" / "site-packages"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    _install_fake_wheel(lib, "pdfleet", "pdfleet", "x = 1\n")
+    cfg = _settings(tmp_path)["sglang"] | {"venv": str(venv), "wheel_dists": ["pdfleet", "pdfleet_sim"]}
+    out = _probe("sglang", cfg)
+    assert (out["wheel_ok"], out["wheel_bad"]) == (False, "pdfleet_sim: not installed")
+    worker = _install_fake_wheel(lib, "pdfleet_sim", "pdfleet_sim", "y = 1\n")
+    out = _probe("sglang", cfg)
+    assert (out["wheel_ok"], out["wheel_bad"]) == (True, ""), out
+    worker.write_text("y = 2\n")
+    out = _probe("sglang", cfg)
+    assert (out["wheel_ok"], out["wheel_bad"]) == (False, f"{worker} (sha256 differs from the RECORD)")
+    assert _probe("sglang", cfg | {"wheel_dists": ["pdfleet"]})["wheel_ok"] is True  # the production wheel alone
+
+
 def _fake_systemctl(bin_dir: Path, unit: str, started: int) -> None:
     """A systemctl that answers `show` for one active unit that entered the active state at `started`."""
     bin_dir.mkdir(exist_ok=True)

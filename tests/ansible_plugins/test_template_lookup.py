@@ -42,7 +42,7 @@ PLAYBOOK = """\
           {{ rendered | default([]) + [{
                'name': item.tpl | basename,
                'builtin': lookup('ansible.builtin.template', item.tpl, template_vars=item.vars),
-               'ours': lookup('pdfleet_template', item.tpl, template_vars=item.vars)}] }}
+               'ours': lookup('pdfleet.cluster.pdfleet_template', item.tpl, template_vars=item.vars)}] }}
       loop: "{{ cases }}"
       loop_control:
         label: "{{ item.tpl | basename }}"
@@ -96,7 +96,7 @@ def test_pdfleet_template_names_a_missing_template(tmp_path: Path) -> None:
   tasks:
     - name: Render a template that is not there
       ansible.builtin.debug:
-        msg: "{{ lookup('pdfleet_template', 'no-such.j2') }}"
+        msg: "{{ lookup('pdfleet.cluster.pdfleet_template', 'no-such.j2') }}"
 """)
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-e",
                            f"ansible_python_interpreter={sys.executable}", str(tmp_path / "play.yml")],

@@ -19,11 +19,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from pdfleet.cluster import plan_inventory
+from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
-from pdfleet.sim import DEFAULT_CACHE_DIR
-from pdfleet.sim.image import ensure_golden, ensure_runtime, golden_path, runtime_path
-from pdfleet.testing.scratch import scratch_inventory
+from pdfleet_sim import DEFAULT_CACHE_DIR
+from pdfleet_sim.image import ensure_golden, ensure_runtime, golden_path, runtime_path
+from pdfleet_sim.testing.scratch import scratch_inventory
 
 BIN = Path(sys.executable).parent
 

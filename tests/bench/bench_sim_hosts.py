@@ -15,9 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from pdfleet.sim import DEFAULT_CACHE_DIR, SimHost, SimNetwork, down, ssh, status, up
-from pdfleet.sim.image import ensure_golden, ensure_runtime, golden_path, runtime_path
-from pdfleet.sim.system import safe_rmtree
+from pdfleet_sim import DEFAULT_CACHE_DIR, SimHost, SimNetwork, down, ssh, status, up
+from pdfleet_sim.image import ensure_golden, ensure_runtime, golden_path, runtime_path
+from pdfleet_sim.system import safe_rmtree
 
 
 def log(msg: str) -> None:

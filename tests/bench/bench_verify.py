@@ -23,13 +23,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pdfleet.testing.localpd import REPO_ROOT, LocalPD, RouterSpec, free_port
 from pdfleet.verify.cascade import run_cycle
 from pdfleet.verify.checks import wait_idle
 from pdfleet.verify.logs import FileLogs
 from pdfleet.verify.protocol import run_protocol
 from pdfleet.verify.settings import Settings
 from pdfleet.verify.targets import from_urls
+from pdfleet_sim.paths import import_path
+from pdfleet_sim.testing.localpd import REPO_ROOT, LocalPD, RouterSpec, free_port
+from pdfleet_sim.testing.realwedge import runtime_pd_env
 
 
 def log(msg: str) -> None:
@@ -47,7 +49,7 @@ def start_pd(light: bool, log_dir: Path) -> LocalPD:
         raise SystemExit("no router installed (.cache/router-sgl or .cache/router-smg)")
     if light:
         python = str(REPO_ROOT / ".cache/simdev/bin/python")
-        env = {"PYTHONPATH": str(REPO_ROOT / "scripts"), "PDFLEET_SIM_KV_BACKEND": "fake", "PYTHONUNBUFFERED": "1"}
+        env = {"PYTHONPATH": import_path(), "PDFLEET_SIM_KV_BACKEND": "fake", "PYTHONUNBUFFERED": "1"}
     else:
         from pdfleet.patch.runtime import Runtime, default_root
 
@@ -55,8 +57,7 @@ def start_pd(light: bool, log_dir: Path) -> LocalPD:
         if not rt.is_ready("0.5.15.post1"):
             raise SystemExit("the 0.5.15.post1 runtime is not built; use --light")
         python = str(rt.python)
-        env = {**rt.env("0.5.15.post1"), "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1",
-               "PDFLEET_SIM_CONN_FILE": str(rt.conn_file("0.5.15.post1", True))}
+        env = runtime_pd_env(rt, True, "0.5.15.post1")
     args = ["--prometheus-port", str(free_port()), "--prometheus-host", "127.0.0.1"]
     return LocalPD([python], log_dir, env, router, router_args=args,
                    worker_args=["--max-running-requests", "2048"]).start()

@@ -1,8 +1,8 @@
 """The conformance checks against broken hosts: each must fail naming the host (issue 11 item 8).
 
-The real check functions of tests/conformance run against a scripted host (what each command prints on a
-healthy or a broken machine) for the pd-4p4d example's gpu01: first healthy (the check passes, so it can
-fail), then with one thing broken. No SSH, no network beyond a loopback router stand-in.
+The real check functions of the packaged suite (pdfleet.conformance_suite) run against a scripted host (what
+each command prints on a healthy or a broken machine) for the pd-4p4d example's gpu01: first healthy (the check
+passes, so it can fail), then with one thing broken. No SSH, no network beyond a loopback router stand-in.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conformance import test_conformance as checks
 from pdfleet.conformance import Expectations, load
+from pdfleet.conformance_suite import test_conformance as checks
 from pdfleet.paths import REPO_ROOT
 from pdfleet.versions import PINS
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from pdfleet import gpu_peers
-from pdfleet.sim import aptrepo
+from pdfleet_sim import aptrepo
 from standin_smi import stand_in_nvidia_smi
 
 LEGEND = ("\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n  CNS  = Chipset not supported\n  GNS  = GPU not supported\n"

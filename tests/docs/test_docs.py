@@ -381,7 +381,7 @@ def test_path_candidates_rule():
 def test_make_and_pdfleet_and_playbook_extractors():
     assert make_targets_named("make test; make  test-long && (make lint) remake x") == ["test", "test-long", "lint"]
     assert pdfleet_commands(".venv/bin/pdfleet sim up -i x; pdfleet plan --json; pdfleet-watchdog status; "
-                            "pdfleet_units x; python -m pdfleet.sim.cli sim up") == [("sim", "up"), ("plan", "")]
+                            "pdfleet_units x; python -m pdfleet_sim.cli sim up") == [("sim", "up"), ("plan", "")]
     assert playbooks_named(".venv/bin/ansible-playbook -i inventory/sim-mono/x.yml -e @vars.yml site.yml "
                            "--check; ansible-playbook rollout.yml") == ["site.yml", "rollout.yml"]
 

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pdfleet.paths import REPO_ROOT
-from pdfleet.testing.localpd import LocalPD, RouterSpec, free_port
-from pdfleet.testing.realwedge import SGLANG_VERSION, runtime_pd_env
+from pdfleet_sim.paths import import_path
+from pdfleet_sim.testing.localpd import LocalPD, RouterSpec, free_port
+from pdfleet_sim.testing.realwedge import SGLANG_VERSION, runtime_pd_env
 
 
 def _can_import(python: str, modules: str) -> bool:
@@ -41,7 +41,7 @@ def router_spec() -> RouterSpec:
 def light_env(tokens_per_s: float = 40.0) -> dict[str, str]:
     """The light KV stand-in, healthy: for the tests about the router steps, not about a wedge (the wedge tests
     run SGLang's real code: ``pristine_pd``)."""
-    return {"PYTHONPATH": str(REPO_ROOT / "scripts"), "PDFLEET_SIM_KV_BACKEND": "fake", "PYTHONUNBUFFERED": "1",
+    return {"PYTHONPATH": import_path(), "PDFLEET_SIM_KV_BACKEND": "fake", "PYTHONUNBUFFERED": "1",
             "PDFLEET_SIM_ABORT_DELAY_S": "0.5", "PDFLEET_SIM_DECODE_TOKENS_PER_S": str(tokens_per_s)}
 
 

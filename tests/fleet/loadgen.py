@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdfleet.testing.simclient import StreamResult, chat_body, stream_chat
+from pdfleet_sim.testing.simclient import StreamResult, chat_body, stream_chat
 
 
 @dataclass
@@ -41,7 +41,7 @@ def _reason(choice: dict[str, Any]) -> str | None:
 
 
 def judge_stream(res: StreamResult) -> tuple[str, str]:
-    """``ok`` for a stream (read by ``pdfleet.testing.simclient.stream_chat``, which stops at an error chunk)
+    """``ok`` for a stream (read by ``pdfleet_sim.testing.simclient.stream_chat``, which stops at an error chunk)
     that finished ``stop``/``length``; else ``cut`` (``failed`` when nothing came before an error), with the
     evidence."""
     if res.error is not None:

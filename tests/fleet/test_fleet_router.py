@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 from pdfleet import fleet
-from pdfleet.testing.localpd import LocalPD, http_json
-from pdfleet.testing.realwedge import SGLANG_VERSION
-from pdfleet.testing.waiting import wait_until
 from pdfleet.verify.logs import FileLogs
+from pdfleet_sim.testing.localpd import LocalPD, http_json
+from pdfleet_sim.testing.realwedge import SGLANG_VERSION
+from pdfleet_sim.testing.waiting import wait_until
 
 SGLANG_ASSERT = "AssertionError: First message should be b'NixlMsgGuard'. Foreign traffic?"
 

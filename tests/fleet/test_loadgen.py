@@ -1,6 +1,6 @@
 """The client load's verdict reads the answer, not only its framing: a stream that SGLang ended with an error
 chunk (a worker shutting down mid-request) still ends with ``[DONE]``, and an aborted request still has usage.
-The streams are served over HTTP and read by the load's own reader (``pdfleet.testing.simclient``)."""
+The streams are served over HTTP and read by the load's own reader (``pdfleet_sim.testing.simclient``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from pdfleet.testing.simclient import chat_body, stream_chat
+from pdfleet_sim.testing.simclient import chat_body, stream_chat
 
 from .loadgen import judge_stream, judge_whole
 

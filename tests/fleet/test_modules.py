@@ -15,14 +15,17 @@ from typing import Any
 import pytest
 from pdfleet import fleet
 from pdfleet.paths import REPO_ROOT
-from pdfleet.testing.localpd import LocalPD
+from pdfleet_sim.testing.localpd import LocalPD
 
 pytestmark = pytest.mark.slow
 
 
+COLLECTION = "pdfleet.cluster"  # the modules' collection (ansible/galaxy.yml), found through ansible.cfg
+
+
 def _module(name: str, args: dict[str, Any], tmp: Path, check: bool = False) -> dict[str, Any]:
     play = [{"hosts": "localhost", "connection": "local", "gather_facts": False,
-             "tasks": [{"name": "run", name: args, "register": "out", "ignore_errors": True},
+             "tasks": [{"name": "run", f"{COLLECTION}.{name}": args, "register": "out", "ignore_errors": True},
                        {"name": "dump", "ansible.builtin.copy": {"content": "{{ out | to_json }}",
                                                                  "dest": str(tmp / "out.json")},
                         "check_mode": False}]}]
@@ -119,13 +122,13 @@ def test_pair_gate_reads_journals_through_the_inventory(local_pd: LocalPD, tmp_p
 ], ids=["router_swap", "fleet_gate", "rollout_report"])
 def test_a_module_run_where_pdfleet_does_not_import_says_where_to_run_it(name: str, args: dict[str, Any],
                                                                          tmp_path: Path) -> None:
-    """The controller modules' shared start (ansible/plugins/module_utils/pdfleet_module.py): an interpreter without
-    the pdfleet package (the host's own, not delegated to the control machine) fails with the way out, before
-    anything is asked of the arguments' values."""
+    """The controller modules' shared start (the collection's plugins/module_utils/pdfleet_module.py): an
+    interpreter without the pdfleet package (the host's own, not delegated to the control machine) fails with the
+    way out, before anything is asked of the arguments' values."""
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
     play = [{"hosts": "localhost", "connection": "local", "gather_facts": False,
-             "tasks": [{"name": "run", name: args}]}]
+             "tasks": [{"name": "run", f"{COLLECTION}.{name}": args}]}]
     (tmp_path / "play.yml").write_text(json.dumps(play))
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",

@@ -1,4 +1,4 @@
-"""The include gates of a no-op converge: a role includes its put-back tasks only when its look found something
+"""The include gates of a no-op converge: a role includes its put-back tasks only when its probe found something
 different. A gate that missed one of its tasks' conditions would leave that drift in place, so each gated file's
 tasks must each run on one entry of the role's "differs" dict, and the gate must cover exactly those entries."""
 
@@ -31,9 +31,9 @@ GATES = [
 FOLLOW_UPS = {
     "Check that the CUDA repository's signing key could be downloaded",  # runs when "key" differs (error set)
     "Refresh the package lists when the repository changed",  # flush_handlers
-    "Look at the host again after the install",  # after an install task changed something
+    "Probe the host again after the install",  # after an install task changed something
     "Ask nvcc for its version after the install",  # after the toolkit's install changed something
-    "Find the new virtualenv's site-packages",  # after the venv was created (no site-packages in the look)
+    "Find the new virtualenv's site-packages",  # after the venv was created (no site-packages in the probe)
 }
 
 
@@ -57,10 +57,10 @@ def _main_gate(role: str, file: str) -> str:
     raise AssertionError(f"{role}/tasks/main.yml does not include {file}")
 
 
-# Roles whose main.yml stops after the look on a converged host: one gate (main.yml -> converge.yml) on a list of
-# what the look found, which must hold every entry of the differs dict and every check's failure.
+# Roles whose main.yml stops after the probe on a converged host: one gate (main.yml -> converge.yml) on a list of
+# what the probe found, which must hold every entry of the differs dict and every check's failure.
 CONVERGE_GATES = {
-    "nvidia_driver": ("__nvidia_driver_preflight_problems | length > 0", "__nvidia_driver_reboot_reasons | length > 0",
+    "nvidia_driver": ("__nvidia_driver_problems | length > 0", "__nvidia_driver_reboot_reasons | length > 0",
                       "__nvidia_driver_persistenced_differs",
                       "__nvidia_driver_gpus_checked and not __nvidia_driver_gpus_as_pinned"),
     "cuda_toolkit": ("__cuda_toolkit_problems | length > 0",
@@ -75,10 +75,10 @@ CONVERGE_GATES = {
 @pytest.mark.parametrize("role", sorted(CONVERGE_GATES))
 def test_the_converge_gate_opens_whenever_anything_differs_or_a_check_fails(role: str) -> None:
     gate = _main_gate(role, "converge.yml")
-    assert gate == f"__{role}_converge | length > 0", gate
-    converge = yaml.safe_load((ROLES / role / "vars" / "main.yml").read_text())[f"__{role}_converge"]
+    assert gate == f"__{role}_converge_reasons | length > 0", gate
+    converge = yaml.safe_load((ROLES / role / "vars" / "main.yml").read_text())[f"__{role}_converge_reasons"]
     for part in (f"__{role}_differs | dict2items | selectattr('value')", *CONVERGE_GATES[role]):
-        assert part in converge, f"{role}: __{role}_converge lacks {part!r}"
+        assert part in converge, f"{role}: __{role}_converge_reasons lacks {part!r}"
     # every other task of converge.yml (checks, reboot, services) runs on a condition the gate reads; put-backs run
     # on the differs dict (the tests above), an import without a condition carries its own tasks' conditions
     for task in yaml.safe_load((ROLES / role / "tasks" / "converge.yml").read_text()):

@@ -82,10 +82,10 @@ def run_role(hf: Path, hub: HubServer, dest: Path, tmp: Path, *args: str, token:
              **extra: object) -> Run:
     """The role with model_source=hub; the token goes in an extra-vars file (on the command line it would be
     in `ps`, here the controller is the host). Asserts the token is in no output."""
-    evars = {"ansible_python_interpreter": sys.executable, "model_path": str(dest), "model_owner": OWNER,
+    evars = {**plan_inputs("model"), "ansible_python_interpreter": sys.executable, "model_path": str(dest),
+             "model_owner": OWNER,
              "model_group": GROUP, "model_source": "hub", "model_hub_repo": REPO_ID, "model_hf_cli": str(hf),
-             "model_hub_endpoint": hub.url, "model_hf_token": token, "model_hub_poll_s": 1, **plan_inputs("model"),
-             **extra}
+             "model_hub_endpoint": hub.url, "model_hf_token": token, "model_hub_poll_s": 1, **extra}
     secrets = tmp / "secrets.json"
     secrets.write_text(json.dumps(evars))
     secrets.chmod(0o600)

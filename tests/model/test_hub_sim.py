@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from pdfleet.paths import REPO_ROOT
-from pdfleet.sim import SimCluster, SimHost, SimNetwork, down, up
+from pdfleet_sim import SimCluster, SimHost, SimNetwork, down, up
 from role_inputs import plan_inputs
 from simcluster import BIN, claimed_net, skip_reason
 
@@ -69,8 +69,9 @@ def run_role(host: tuple[SimCluster, SimHost], hub: HubServer, tmp: Path, token:
     cluster, node = host
     inventory = tmp / "inventory.json"
     inventory.write_text(json.dumps({"all": {"hosts": {node.name: cluster.ansible_host_vars(node)}}}))
-    evars = {"model_path": MODEL, "model_source": "hub", "model_hub_repo": REPO_ID, "model_hf_cli": f"{VENV}/bin/hf",
-             "model_hub_endpoint": hub.url, "model_hf_token": token, "model_hub_poll_s": 1, **plan_inputs("model")}
+    evars = {**plan_inputs("model"), "model_path": MODEL, "model_source": "hub", "model_hub_repo": REPO_ID,
+             "model_hf_cli": f"{VENV}/bin/hf",
+             "model_hub_endpoint": hub.url, "model_hf_token": token, "model_hub_poll_s": 1}
     secrets = tmp / "secrets.json"
     secrets.write_text(json.dumps(evars))
     secrets.chmod(0o600)

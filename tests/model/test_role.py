@@ -9,6 +9,7 @@ import json
 import os
 import pwd
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ def run_role(model_path: Path, *args: str, check: bool = False, **extra: object)
         "model_path": str(model_path),
         "model_owner": OWNER,
         "model_group": GROUP,
+        "model_source": "standin",
         **extra,
     }
     cmd = [str(BIN / "ansible-playbook"), str(PLAYBOOK), "-i", "localhost,", "-e", json.dumps(evars), *args]
@@ -126,6 +128,22 @@ def test_mirror_without_manifest_fails_clearly(tmp_path: Path) -> None:
     rc, _, out = run_role(tmp_path / "M", model_source="mirror", model_mirror_path=str(bare))
     assert rc != 0
     assert "no model manifest" in out and "pdfleet.weights build" in out
+
+
+@pytest.mark.parametrize("escape", ["../outside.bin", "/etc/outside.bin", "sub/../../outside.bin"])
+def test_a_manifest_path_leaving_the_model_directory_is_refused(mirror: Path, tmp_path: Path, escape: str) -> None:
+    """The role copies as root: a manifest naming a path outside the model directory stops it before any copy
+    (the model directory itself, made before the manifest is read, stays empty)."""
+    evil = tmp_path / "evil"
+    shutil.copytree(mirror, evil)
+    manifest = json.loads((evil / mm.MANIFEST_NAME).read_text())
+    manifest["files"].append({**manifest["files"][0], "path": escape})
+    (evil / mm.MANIFEST_NAME).write_text(json.dumps(manifest))
+    rc, _, out = run_role(tmp_path / "host" / "M", model_source="mirror", model_mirror_path=str(evil))
+    assert rc != 0, out
+    assert f"names paths outside the model directory: {escape}" in " ".join(out.split())
+    assert not any((tmp_path / "host").rglob("*.*")), list((tmp_path / "host").rglob("*"))
+    assert not (tmp_path / "outside.bin").exists() and not (tmp_path / "host" / "outside.bin").exists()
 
 
 def test_mirror_without_path_fails_clearly(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from pdfleet import fleet
-from pdfleet.cluster import plan_inventory
+from pdfleet.inventory_plan import plan_inventory
 from pdfleet.ops import tasks
 from pdfleet.paths import REPO_ROOT
 from pdfleet.remote import RemoteError

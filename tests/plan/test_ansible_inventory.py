@@ -39,6 +39,7 @@ def prod(tmp_path_factory: pytest.TempPathFactory) -> InventorySource:
     cluster_file = inv / "group_vars" / "all" / "cluster.yml"
     cluster = yaml.safe_load(cluster_file.read_text())
     cluster["pdfleet_cluster"]["router"]["port"] = "{{ pdfleet_router_port }}"
+    cluster["pdfleet_cluster"]["router"]["drain_timeout_s"] = 45
     cluster_file.write_text(yaml.safe_dump(cluster, sort_keys=False))
     password = root / "vault-pass"
     password.write_text(VAULT_PASSWORD + "\n")
@@ -72,6 +73,15 @@ def test_plan_document_equals_the_filters(prod: InventorySource, seen_by_ansible
     assert doc == seen_by_ansible["plan"]
     assert doc["schema"] == "pdfleet-plan/1"
     assert doc["router_url"] == "http://127.0.0.3:8124"  # address from host_vars, port from the vault, then -e
+
+
+def test_the_inventorys_drain_timeout_reaches_the_plan_and_the_roles(prod: InventorySource,
+                                                                     seen_by_ansible: dict) -> None:
+    """The router's settings are the plan's (router.*): the units role and the rollout wait as long as the
+    inventory says, not a default of their own."""
+    assert seen_by_ansible["plan"]["router"]["drain_timeout_s"] == 45
+    assert seen_by_ansible["plan"]["router"]["port"] == 8124
+    assert seen_by_ansible["drain_timeouts"] == {"gpu01": 45}
 
 
 def test_addresses_and_connection_match_ansible(prod: InventorySource, seen_by_ansible: dict) -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 from pdfleet.cli import main
-from pdfleet.cluster import plan_inventory
 from pdfleet.errors import PlanError
+from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from plan_support import EXAMPLES, apply_edits
 

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pdfleet.cluster import plan_inventory
+from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from pdfleet.prune.decide import active_unplanned, removals
 from pdfleet.prune.hoststate import SCAN_COMMAND, parse_scan
 from pdfleet.prune.units import UNIT_DIR, UNIT_GLOB, InstalledUnit, parse_unit
 from pdfleet.render import environment, render_plan
 from plan_support import EXAMPLES, PROFILES
+from role_inputs import plan_inputs
 
 sys.path.insert(0, str(REPO_ROOT / "ansible" / "plugins" / "filter"))
 from pdfleet_units_prune import pdfleet_units_prune  # the role's filter, as Ansible loads it
@@ -134,7 +135,8 @@ def _watchdog_unit(plan_doc: dict, host: str) -> str:
     routers = [u["name"] for u in plan_doc["hosts"][host] if u["kind"] == "router"]
     role_vars = yaml.safe_load((role / "vars" / "main.yml").read_text())
     assert {"__pdfleet_watchdog_router_units", "__pdfleet_watchdog_router_unit"} <= set(role_vars)
-    ctx = dict(defaults, pdfleet_watchdog_plan=plan_doc, pdfleet_watchdog_local_host=host, ansible_managed="x",
+    ctx = dict(defaults, **plan_inputs("pdfleet_watchdog"), pdfleet_watchdog_plan=plan_doc,
+               pdfleet_watchdog_local_host=host, ansible_managed="x",
                __pdfleet_watchdog_router_units=routers, __pdfleet_watchdog_router_unit=routers[0])
     return env.get_template("pdfleet-watchdog.service.j2").render(ctx)
 

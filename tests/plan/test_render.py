@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from pdfleet.cluster import plan_inventory
+from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from pdfleet.render import render_plan
 from plan_support import EXAMPLES, PROFILES

@@ -5,7 +5,7 @@ prefill handled, so a run at info is conclusive; debug logging must not be what 
 from __future__ import annotations
 
 import pytest
-from pdfleet.cluster import plan_inventory
+from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import yaml
 from pdfleet import ucx
-from pdfleet.cluster import supported_patches
 from pdfleet.errors import PlanError
+from pdfleet.inventory_plan import supported_patches
 from pdfleet.planner import build_plan
 from pdfleet.versions import UCX_TLS_ALIASES, UCX_TLS_TRANSPORTS
 from plan_support import EXAMPLES

@@ -1,6 +1,6 @@
 """The driver role's choice by distribution and release, cheaply: the role runs against this machine as five
 "hosts", each of whose look sees the identification files a sim host reporting that distribution gets
-(pdfleet.sim.distro.REPORTED), bind-mounted in a private mount namespace around the host's Python (unshare), so
+(pdfleet_sim.distro.REPORTED), bind-mounted in a private mount namespace around the host's Python (unshare), so
 nothing on this machine changes. Every host also fails the control-machine check, so the role stops at its checks
 before a change on all of them; what is checked here is what its look picked and what the checks name.
 The role's Ubuntu branch converging on sim hosts that report Ubuntu: test_distributions.py (long)."""
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from pdfleet.paths import REPO_ROOT
-from pdfleet.sim import distro
+from pdfleet_sim import distro
 from role_inputs import plan_inputs
 
 BIN = Path(sys.executable).parent
@@ -61,7 +61,7 @@ def _results(stdout: str, task: str) -> dict[str, dict]:
     return out
 
 
-def test_the_look_picks_the_reported_release_and_the_checks_refuse_the_rest(tmp_path: Path) -> None:
+def test_the_probe_picks_the_reported_release_and_the_checks_refuse_the_rest(tmp_path: Path) -> None:
     inventory = {"all": {"vars": plan_inputs("nvidia_driver"), "hosts": {
         name: {"ansible_connection": "local", "ansible_python_interpreter": str(_interpreter(tmp_path, os_name)),
                "nvidia_driver_cuda_repo_url": url}
@@ -73,7 +73,7 @@ def test_the_look_picks_the_reported_release_and_the_checks_refuse_the_rest(tmp_
           hosts: all
           gather_facts: false
           roles:
-            - role: nvidia_driver
+            - role: pdfleet.cluster.nvidia_driver
               vars:
                 nvidia_driver_check_gpus: false
         """))
@@ -82,22 +82,23 @@ def test_the_look_picks_the_reported_release_and_the_checks_refuse_the_rest(tmp_
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     out = proc.stdout
     assert proc.returncode != 0 and all(f"{h} " in out and "changed=0" in out for h in HOSTS), out[-4000:]
-    looks = {h: r["probe"] for h, r in _results(out, "nvidia_driver : Look at the host (packages, files, signing "
-                                                     "key, kernel module, GPUs)").items()}
-    picked = {h: (p["os"]["distribution"], p["entry"], p["release"], p["repo_distro"]) for h, p in looks.items()}
+    probes = {h: r["probe"] for h, r in _results(out, "pdfleet.cluster.nvidia_driver : Probe the host (packages, "
+                                                     "files, signing key, kernel module, GPUs)").items()}
+    picked = {h: (p["os"]["distribution"], p["entry"], p["release"], p["repo_distro"]) for h, p in probes.items()}
     assert picked == {"bookworm": ("Debian", "Debian", "12", "debian12"),
                       "jammy": ("Ubuntu", "Ubuntu", "22.04", "ubuntu2204"),
                       "noble": ("Ubuntu", "Ubuntu", "24.04", "ubuntu2404"),
                       "bullseye": ("Debian", "", "", ""), "fedora": ("Fedora Linux", "", "", "")}, picked
     # Ubuntu's branch-named packages and hold pattern (constants.yml), Debian's names for Debian 12
-    assert looks["jammy"]["dist"]["packages"][:2] == ["nvidia-driver-580-open", "nvidia-dkms-580-open"]
-    assert looks["jammy"]["dist"]["package_revision"] == "-0ubuntu1"
-    assert looks["noble"]["dist"]["hold_regex"] == "^(nvidia-.*|libnvidia-.*)$"
-    assert looks["bookworm"]["dist"]["packages"][0] == "nvidia-open"
-    assert looks["bullseye"]["dist"]["packages"] == [] and looks["bullseye"]["packages"] == {}
+    assert probes["jammy"]["dist"]["packages"][:2] == ["nvidia-driver-580-open", "nvidia-dkms-580-open"]
+    assert probes["jammy"]["dist"]["package_revision"] == "-0ubuntu1"
+    assert probes["noble"]["dist"]["hold_regex"] == "^(nvidia-.*|libnvidia-.*)$"
+    assert probes["bookworm"]["dist"]["packages"][0] == "nvidia-open"
+    assert probes["bullseye"]["dist"]["packages"] == [] and probes["bullseye"]["packages"] == {}
 
-    checks = {h: " ".join(r["msg"].split()) for h, r in _results(out, "nvidia_driver : Check the inputs and the "
-                                                                       "host before changing anything").items()}
+    checks = {h: " ".join(r["msg"].split()) for h, r in _results(out, "pdfleet.cluster.nvidia_driver : Check the "
+                                                                       "inputs and the host before changing "
+                                                                       "anything").items()}
     assert set(checks) == set(HOSTS)
     for host in HOSTS:
         assert f"{host} is the control machine running this playbook" in checks[host]

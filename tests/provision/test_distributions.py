@@ -3,7 +3,7 @@ the stand-in repository's ubuntu2204/ubuntu2404 paths with Ubuntu's package name
 refused before anything changes on it.
 
 What this shows and what it cannot: the hosts are the Debian 12 sim image with Ubuntu's identification files
-(pdfleet.sim.distro), so the role's own look takes them for Ubuntu and the whole Ubuntu branch runs (the
+(pdfleet_sim.distro), so the role's own look takes them for Ubuntu and the whole Ubuntu branch runs (the
 repository path, the branch-named packages at revision -0ubuntu1, the pin, the holds of Ubuntu's hold pattern,
 the reboot, the GPU check, a second run that changes nothing). apt and dpkg underneath are Debian 12's, the
 packages are stand-ins, and Ubuntu's own archive (its kernel headers, its nvidia-driver-580 packages competing with

@@ -167,7 +167,7 @@ def test_driver_pin_change_reboots_exactly_once(converged: ScratchCluster) -> No
             assert len(_loads(converged)) == loads  # no reboot
             proc = converged.playbook(PROVISION)
             assert _loads(converged)[loads:] == [_loads(converged)[-1]] and NEW_PIN in _loads(converged)[-1]
-            assert "TASK [nvidia_driver : Reboot for the new driver or kernel]" in proc.stdout
+            assert "TASK [pdfleet.cluster.nvidia_driver : Reboot for the new driver or kernel]" in proc.stdout
             again = converged.playbook(PROVISION)
             assert recap(again.stdout, "node1")["changed"] == 0, again.stdout[-4000:]
             assert len(_loads(converged)) == loads + 1

@@ -43,13 +43,13 @@ def _play(tmp_path: Path, body: str, **role_vars: object) -> subprocess.Complete
 ENTRY = """\
     - name: The python entry point
       ansible.builtin.import_role:
-        name: sglang
+        name: pdfleet.cluster.sglang
         tasks_from: python
     """
 MAIN = """\
     - name: The whole role
       ansible.builtin.import_role:
-        name: sglang
+        name: pdfleet.cluster.sglang
     """
 
 

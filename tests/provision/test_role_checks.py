@@ -29,7 +29,7 @@ def _run_role(tmp_path: Path, role: str, role_vars: str) -> str:
           gather_facts: false
           vars: {json.dumps(plan_inputs(role))}
           roles:
-            - role: {role}
+            - role: pdfleet.cluster.{role}
               vars:
         """) + textwrap.indent(textwrap.dedent(role_vars), " " * 8))
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-e",
@@ -66,17 +66,24 @@ def test_toolkit_checks_name_a_malformed_release_and_the_missing_repository(tmp_
 
 def test_sglang_checks_name_a_missing_sim_wheel(tmp_path: Path) -> None:
     """The patch id is the planner's rule (the plan hands the role the version's patch); the role checks that sim
-    mode has the wheel it installs."""
+    mode has the wheels it installs (pdfleet and pdfleet-sim), each with its path and sha256."""
     out = _run_role(tmp_path, "sglang", """\
         sglang_install_mode: sim
         """)
-    failure = next(line for line in out.splitlines() if "needs sglang_sim_wheel" in line)
-    assert "localhost: sglang_install_mode=sim needs sglang_sim_wheel" in failure
+    failure = next(line for line in out.splitlines() if "needs sglang_sim_wheels" in line)
+    assert "localhost: sglang_install_mode=sim needs sglang_sim_wheels" in failure
+    good = {"path": "/tmp/pdfleet-0.1.0-py3-none-any.whl", "sha256": "a" * 64}
+    out = _run_role(tmp_path, "sglang", f"""\
+        sglang_install_mode: sim
+        sglang_sim_wheels: [{json.dumps(good)}, {{"path": "/tmp/pdfleet_sim-0.1.0-py3-none-any.whl", "sha256": "b1"}}]
+        """)
+    assert "localhost: sglang_install_mode=sim needs sglang_sim_wheels" in out, "a short sha256 must be refused"
 
 
 def test_a_role_without_the_plans_inputs_is_refused_naming_them(tmp_path: Path) -> None:
     play = tmp_path / "play.yml"
-    play.write_text("- hosts: localhost\n  connection: local\n  gather_facts: false\n  roles: [sglang]\n")
+    play.write_text("- hosts: localhost\n  connection: local\n  gather_facts: false\n"
+                    "  roles: [pdfleet.cluster.sglang]\n")
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", str(play)], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode != 0 and "changed=0" in proc.stdout, proc.stdout[-3000:]

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 from pdfleet import conformance as c
-from pdfleet.cluster import plan_inventory, supported_patches
 from pdfleet.clusterspec import HostSpec
 from pdfleet.inventory import load_inventory
+from pdfleet.inventory_plan import plan_inventory, supported_patches
 from pdfleet.planner import build_plan
-from pdfleet.sim import aptrepo
 from pdfleet.versions import PINS
+from pdfleet_sim import aptrepo
 
-ROLE_VARS = Path(__file__).resolve().parents[2] / "ansible/roles/nvidia_driver/vars/main.yml"
+ROLE_VARS = Path(__file__).resolve().parents[2] / "ansible/roles/nvidia_driver/vars"
 EXAMPLES = Path(__file__).resolve().parents[2] / "inventory" / "examples"
 
 
@@ -25,9 +25,12 @@ def test_every_stand_in_is_marked() -> None:
 
 
 def _role_distributions() -> dict:
+    """The role's entries by distribution name: vars/<Distribution>.yml, as its tasks/main.yml loads them."""
     import yaml
 
-    return yaml.safe_load(ROLE_VARS.read_text())["__nvidia_driver_distributions"]
+    entries = [entry for path in sorted(ROLE_VARS.glob("*.yml")) if path.name != "main.yml"
+               for entry in yaml.safe_load(path.read_text()).values()]
+    return {entry["name"]: entry for entry in entries}
 
 
 def test_the_repository_serves_every_release_the_role_supports() -> None:

@@ -30,8 +30,8 @@ import pytest
 import yaml
 from fleet.loadgen import Load
 from pdfleet import fleet
-from pdfleet.cluster import plan_inventory
 from pdfleet.inventory import load_inventory
+from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from pdfleet.remote import connection_for
 from pdfleet.remote import run as remote_run

@@ -23,10 +23,10 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from pdfleet.cluster import plan_inventory
 from pdfleet.fleet import Pair, pairs_from_plan
+from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
-from pdfleet.testing.scratch import scratch_inventory
+from pdfleet_sim.testing.scratch import scratch_inventory
 from sim_faults.conftest import HEARTBEAT_INTERVAL_S, HEARTBEAT_MAX_FAILURES, RESTART_SEC, ROUTER_HEALTH_INTERVAL_S
 from simcluster import SITE, ScratchCluster, claimed_net, scratch_cluster, skip_reason
 

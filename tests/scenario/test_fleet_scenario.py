@@ -9,7 +9,7 @@ b. a rollout to the patched stack whose SECOND host (node2) fails its isolated g
    skip the abort cascade (and so the logs, empty without one): node2's previous record is the pristine stack,
    which wedges under any cascade (step d), so a rollback gate with one could never pass.
 d. a real wedge: node3 is still pristine (b never reached it); one foreign frame into its prefill's rank 0
-   bootstrap socket kills that rank's SGLang bootstrap thread (pdfleet.testing.realwedge); the watchdog
+   bootstrap socket kills that rank's SGLang bootstrap thread (pdfleet_sim.testing.realwedge); the watchdog
    deployed on router1 names node3 WEDGED within its budget, node1 and node2 make no transition, Prometheus
    fires PdfleetPairWedged for node3. Alert mode acts on nothing; the step restarts node3's units and the
    watchdog sees the pair OK again.
@@ -46,7 +46,7 @@ from fleet.loadgen import Load
 from pdfleet.fleet import Pair
 from pdfleet.fleet.steps import request_counts
 from pdfleet.paths import REPO_ROOT
-from pdfleet.testing.realwedge import foreign_frame
+from pdfleet_sim.testing.realwedge import foreign_frame
 from rollout.helpers import ListingWatch, Run, get_json, rollout
 from sim_faults.conftest import START_BUDGET_S, Timing
 from sim_faults.test_faults import PREFILL, kill9, main_pid, worker_bound

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from pdfleet.patch import manifest as patches
 from pdfleet.patch.wheels import host_problems, load_pin_wheels, registry_wheels, summarize
-from pdfleet.sim.image import GOLDEN_PYTHON
 from pdfleet.versions import CONSTANTS, OVERLAY_REQUIREMENTS, PINS
+from pdfleet_sim.image import GOLDEN_PYTHON
 
 DISTRIBUTIONS: dict[str, dict[str, str]] = CONSTANTS["distribution_pythons"]
 

@@ -1,5 +1,5 @@
 """SGLang's own wait loop, measured: when does the real tokenizer manager abort a queued request whose client
-left, and does the stand-in (pdfleet.simworker.waitloop) abort at the same tick? (issue 14)
+left, and does the stand-in (pdfleet_sim.worker.waitloop) abort at the same tick? (issue 14)
 
 The real ``TokenizerManager._wait_one_response`` (and 0.5.23's ``_stream_one_response``) is taken from each
 pinned version's installed source, compiled on its own (annotations dropped: importing the module needs
@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from pdfleet.patch import manifest as patches
 from pdfleet.patch import runtime
-from pdfleet.simworker.scheduler import Event
-from pdfleet.simworker.waitloop import TYPE_WAITING, WaitLoop
+from pdfleet_sim.worker.scheduler import Event
+from pdfleet_sim.worker.waitloop import TYPE_WAITING, WaitLoop
 
 pytestmark = pytest.mark.sglang
 

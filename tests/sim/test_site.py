@@ -133,8 +133,9 @@ def test_an_earlier_pdfleet_patch_is_replaced_by_the_current_one(converged: Scra
         proc = converged.playbook(SITE, "--skip-tags", "verify", check=False)
         assert proc.returncode == 0, proc.stdout[-4000:]
         changed = [line.split("[", 1)[1].split("]", 1)[0] for line in _changed_tasks(proc.stdout)]
-        assert "sglang : Put back the wheel's conn.py over an earlier pdfleet patch of this version" in changed, changed
-        assert "sglang : Apply the patch to the pristine conn.py" in changed, changed
+        assert ("pdfleet.cluster.sglang : Put back the wheel's conn.py over an earlier pdfleet patch of this version"
+                in changed), changed
+        assert "pdfleet.cluster.sglang : Apply the patch to the pristine conn.py" in changed, changed
         assert converged.ssh(f"sha256sum {conn}").stdout.split()[0] == manifest.patched_sha256
         after = json.loads(converged.ssh("cat /opt/pdfleet/venv/pdfleet-record.json").stdout)
         assert after["patch_id"] == manifest.patch_id and after["sha256"] == manifest.patched_sha256
@@ -166,12 +167,13 @@ def test_drift_is_noticed_by_the_one_look_and_put_back(converged: ScratchCluster
         assert _fingerprint(converged) != before
         proc = converged.playbook(SITE, "--skip-tags", "verify")
         changed = [line.split("[", 1)[1].split("]", 1)[0] for line in _changed_tasks(proc.stdout)]
-        for task in ("pdfleet_watchdog : Write the unit",
-                     "pdfleet_watchdog : Write the plan document the watchdog watches",
-                     "pdfleet_watchdog : Install the pdfleet wheel without dependencies",
-                     "pdfleet_monitoring : Install the pdfleet alert rules (checked by promtool first)",
-                     "pdfleet_monitoring : Enable and start Prometheus",
-                     "model : Write the simulation stand-in (a tokenizer, no weights)"):
+        for task in ("pdfleet.cluster.pdfleet_watchdog : Write the unit",
+                     "pdfleet.cluster.pdfleet_watchdog : Write the plan document the watchdog watches",
+                     "pdfleet.cluster.pdfleet_watchdog : Install the pdfleet wheel without dependencies",
+                     "pdfleet.cluster.pdfleet_monitoring : Install the pdfleet alert rules (checked by promtool"
+                     " first)",
+                     "pdfleet.cluster.pdfleet_monitoring : Enable and start Prometheus",
+                     "pdfleet.cluster.model : Write the simulation stand-in (a tokenizer, no weights)"):
             assert task in changed, f"{task!r} did not run; changed: {changed}"
         wait_for("prometheus and the watchdog active again",
                  lambda: converged.ssh("systemctl is-active prometheus pdfleet-watchdog").stdout.split()

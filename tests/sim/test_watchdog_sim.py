@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pdfleet.testing import realwedge
+from pdfleet_sim.testing import realwedge
 from simcluster import SITE, ScratchCluster, wait_for
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.long]

@@ -35,7 +35,7 @@ def _get(url: str) -> dict:
 
 
 def _plan(c: ScratchCluster) -> dict:
-    from pdfleet.cluster import plan_inventory
+    from pdfleet.inventory_plan import plan_inventory
 
     return plan_inventory(c.inventory).to_dict()
 

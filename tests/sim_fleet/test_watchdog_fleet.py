@@ -30,8 +30,8 @@ from urllib.parse import urlsplit
 
 import pytest
 from fleet.loadgen import Load
-from pdfleet.cluster import plan_inventory
 from pdfleet.fleet import Pair, RouterClient, RouterError, pairs_from_plan
+from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from sim.test_watchdog_sim import WATCHDOG_SITE, foreign_frame
 from simcluster import BIN, ScratchCluster, scratch_cluster, skip_reason, wait_for

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pdfleet.sim import SimCluster, SimHost, SimNetwork, down, up
-from pdfleet.sim.system import missing_tools
+from pdfleet_sim import SimCluster, SimHost, SimNetwork, down, up
+from pdfleet_sim.system import missing_tools
 
 
 def sim_skip_reason() -> str | None:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pdfleet.sim import image
+from pdfleet_sim import image
 
 
 @pytest.fixture

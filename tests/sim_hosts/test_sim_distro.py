@@ -1,4 +1,4 @@
-"""A sim host reports the distribution its inventory says (pdfleet_sim_os; pdfleet.sim.distro): the identification
+"""A sim host reports the distribution its inventory says (pdfleet_sim_os; pdfleet_sim.distro): the identification
 files written into its root, the image's own put back when it reports the image's distribution again."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pdfleet.sim import SimError, distro
+from pdfleet_sim import SimError, distro
 
 
 def _golden(tmp_path: Path) -> tuple[Path, Path]:
@@ -44,7 +44,7 @@ def test_an_unknown_distribution_is_refused_with_the_choices() -> None:
 
 
 def test_the_inventory_names_what_a_host_reports(tmp_path: Path) -> None:
-    from pdfleet.sim.cli import _inventory_sim
+    from pdfleet_sim.cli import _inventory_sim
 
     (tmp_path / "group_vars/all").mkdir(parents=True)
     (tmp_path / "group_vars/all/sim.yml").write_text(yaml.safe_dump(

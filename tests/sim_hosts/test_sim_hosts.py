@@ -9,10 +9,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from pdfleet.sim import SimCluster, down, ssh, status, up
-from pdfleet.sim.hosts import machine_name
-from pdfleet.sim.network import nft_table
-from pdfleet.sim.system import cgroup_dirs, cgroup_pids, mounts_under, pid_alive, wait_until
+from pdfleet_sim import SimCluster, down, ssh, status, up
+from pdfleet_sim.hosts import machine_name
+from pdfleet_sim.network import nft_table
+from pdfleet_sim.system import cgroup_dirs, cgroup_pids, mounts_under, pid_alive, wait_until
 
 from .conftest import _print, make_hosts, make_network
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pdfleet.sim import SimError, SimHost, SimNetwork, image
-from pdfleet.sim import hosts as sim_hosts
-from pdfleet.sim.hosttypes import SimCluster, validate_host_name
-from pdfleet.sim.network import validate
+from pdfleet_sim import SimError, SimHost, SimNetwork, image
+from pdfleet_sim import hosts as sim_hosts
+from pdfleet_sim.hosttypes import SimCluster, validate_host_name
+from pdfleet_sim.network import validate
 
 NET = SimNetwork("pdfleet0", "10.77.0.0/24", "10.77.0.1")
 
@@ -123,7 +123,7 @@ def _sim_inventory(tmp_path: Path) -> Path:
 
 
 def test_cli_reads_hosts_and_settings_from_the_inventory(tmp_path):
-    from pdfleet.sim.cli import _inventory_sim
+    from pdfleet_sim.cli import _inventory_sim
 
     sim_hosts_, sim = _inventory_sim(_sim_inventory(tmp_path))
     assert sim_hosts_ == [SimHost("node1", "10.77.0.11"), SimHost("node2", "10.77.0.12")]
@@ -132,14 +132,14 @@ def test_cli_reads_hosts_and_settings_from_the_inventory(tmp_path):
 
 
 def test_cli_status_uses_the_inventorys_state_dir(tmp_path, capsys):
-    from pdfleet.sim.cli import main
+    from pdfleet_sim.cli import main
 
     assert main(["sim", "status", "-i", str(_sim_inventory(tmp_path))]) == 0
     assert f"no sim cluster in {tmp_path / 'state'}" in capsys.readouterr().out
 
 
 def test_cli_rejects_an_inventory_without_pdfleet_sim(tmp_path, capsys):
-    from pdfleet.sim.cli import main
+    from pdfleet_sim.cli import main
 
     inv = _sim_inventory(tmp_path)
     (inv / "group_vars/all/sim.yml").unlink()
@@ -150,7 +150,7 @@ def test_cli_rejects_an_inventory_without_pdfleet_sim(tmp_path, capsys):
 def test_cli_refuses_an_ssh_config_path_that_is_not_the_state_dirs(tmp_path, capsys):
     """The sim inventories write the ssh_config path out (no template per task); one that names another state
     directory than pdfleet_sim.state_dir is refused with the value to set, and the right one is accepted."""
-    from pdfleet.sim.cli import _inventory_sim, main
+    from pdfleet_sim.cli import _inventory_sim, main
 
     inv = _sim_inventory(tmp_path)
     sim_file = inv / "group_vars/all/sim.yml"
@@ -166,7 +166,7 @@ def test_cli_refuses_an_ssh_config_path_that_is_not_the_state_dirs(tmp_path, cap
 
 def test_the_repository_sim_inventories_name_their_own_ssh_config():
     from pdfleet.paths import REPO_ROOT
-    from pdfleet.sim.cli import _inventory_sim
+    from pdfleet_sim.cli import _inventory_sim
 
     for name in ("sim", "sim-fleet", "sim-mono"):
         _inventory_sim(REPO_ROOT / "inventory" / name)  # raises SimError when the path is not the state_dir's

@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from pdfleet.testing.localpd import REPO_ROOT, RouterSpec
-
-SCRIPTS = REPO_ROOT / "scripts"
+from pdfleet_sim.paths import import_path
+from pdfleet_sim.testing.localpd import REPO_ROOT, RouterSpec
 
 
 def _can_import(python: str, modules: str) -> bool:
@@ -42,7 +41,7 @@ def sim_python() -> str:
 @pytest.fixture(scope="session")
 def fake_env() -> dict[str, str]:
     """Environment of a simulated worker on the light KV stand-in (no SGLang needed)."""
-    return {"PYTHONPATH": str(SCRIPTS), "PDFLEET_SIM_KV_BACKEND": "fake", "PYTHONUNBUFFERED": "1",
+    return {"PYTHONPATH": import_path(), "PDFLEET_SIM_KV_BACKEND": "fake", "PYTHONUNBUFFERED": "1",
             "PDFLEET_SIM_ABORT_DELAY_S": "0.5"}
 
 

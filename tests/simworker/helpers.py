@@ -12,11 +12,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pdfleet.testing.localpd import HOST, REPO_ROOT, free_port, http_get, http_json, stop_process
+from pdfleet_sim.testing.localpd import HOST, REPO_ROOT, free_port, http_get, http_json, stop_process
 
 
 class Worker:
-    """One ``python -m pdfleet.simworker`` process on loopback; always stopped by ``close``."""
+    """One ``python -m pdfleet_sim.worker`` process on loopback; always stopped by ``close``."""
 
     def __init__(self, python: str, env: Mapping[str, str], log: Path, argv: Sequence[str] = (),
                  port: int | None = None) -> None:
@@ -25,7 +25,7 @@ class Worker:
         self.port = free_port() if port is None else port
         self.url = f"http://{HOST}:{self.port}"
         self.log = log
-        cmd = [python, "-m", "pdfleet.simworker", "--model-path", "/models/dsv4-sim", "--served-model-name",
+        cmd = [python, "-m", "pdfleet_sim.worker", "--model-path", "/models/dsv4-sim", "--served-model-name",
                "dsv4-sim", "--host", HOST, "--port", str(self.port), "--enable-metrics", *argv]
         with log.open("wb") as fh:
             self.proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **env},

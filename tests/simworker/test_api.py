@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pdfleet.testing.localpd import http_get, http_json
-from pdfleet.testing.simclient import chat_body, stream_chat
+from pdfleet_sim.testing.localpd import http_get, http_json
+from pdfleet_sim.testing.simclient import chat_body, stream_chat
 
 from .helpers import Worker, open_and_drop, stage_counts, wait_until
 

@@ -21,8 +21,10 @@ import time
 from pathlib import Path
 
 import pytest
-from pdfleet.testing.localpd import HOST, LocalPD, RouterSpec, http_get, http_json
-from pdfleet.testing.simclient import chat_body
+from pdfleet_sim.paths import import_path
+from pdfleet_sim.testing.localpd import HOST, LocalPD, RouterSpec, http_get, http_json
+from pdfleet_sim.testing.realwedge import runtime_pd_env
+from pdfleet_sim.testing.simclient import chat_body
 
 from .helpers import stage_counts, wait_until
 
@@ -45,10 +47,10 @@ def _runtime(version: str):
 
 def _kill_mid_stream(pd: LocalPD, log: Path) -> int:
     """Run the 60-session client until enough sessions stream, then SIGKILL it; return first tokens seen."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "scripts")}
+    env = {**os.environ, "PYTHONPATH": import_path()}
     # ~4k-token prompts: 0.2 s of simulated prefill each, so the prefill queue backs up behind the sessions.
     url = pd.router_url + "/v1/chat/completions"
-    cmd = [sys.executable, "-m", "pdfleet.testing.simclient", "sessions", "--url", url,
+    cmd = [sys.executable, "-m", "pdfleet_sim.testing.simclient", "sessions", "--url", url,
            "-n", str(SESSIONS), "--model", pd.model, "--prompt", "x" * 4000, "--prompt-repeat", "4",
            "--max-tokens", "2000"]
     first = 0
@@ -71,8 +73,7 @@ def _kill_mid_stream(pd: LocalPD, log: Path) -> int:
 @pytest.mark.parametrize(("version", "flavour"), list(SURVIVES))
 def test_abort_cascade_through_router(version: str, flavour: str, router: RouterSpec, tmp_path: Path) -> None:
     rt = _runtime(version)
-    env = {**rt.env(version), "PDFLEET_SIM_CONN_FILE": str(rt.conn_file(version, flavour == "patched")),
-           "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"}
+    env = runtime_pd_env(rt, flavour == "patched", version)
     with LocalPD([str(rt.python)], tmp_path, env, router) as pd:
         status, res = http_json(pd.router_url + "/v1/chat/completions",
                                 chat_body(pd.model, "In one sentence, what is PCIe?", 40, False))

@@ -1,6 +1,6 @@
 """A queued request whose client left is dropped without being computed, with SGLang's timing (issue 14).
 
-Real SGLang (0.5.15.post1 and 0.5.23, see pdfleet.simworker.waitloop for file:line) notices a departed client in
+Real SGLang (0.5.15.post1 and 0.5.23, see pdfleet_sim.worker.waitloop for file:line) notices a departed client in
 the tokenizer manager's wait loop: every ``SGLANG_REQUEST_STATE_WAIT_TIMEOUT`` (4 s) without output it asks
 whether the peer is gone, and if so aborts at once; the scheduler pops the request from its waiting queue
 without computing it. A stream that had already started is cancelled by Starlette and aborted 2 s later
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pdfleet.testing.localpd import HOST, RouterSpec, free_port, http_get, http_json, stop_process
-from pdfleet.testing.simclient import chat_body
+from pdfleet_sim.testing.localpd import HOST, RouterSpec, free_port, http_get, http_json, stop_process
+from pdfleet_sim.testing.simclient import chat_body
 
 from .helpers import Worker, pd_request, stage_counts, wait_until
 

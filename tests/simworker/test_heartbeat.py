@@ -1,4 +1,4 @@
-"""The decode's prefill heartbeat (SGLang's, see pdfleet.simworker.heartbeat) on two simulated workers.
+"""The decode's prefill heartbeat (SGLang's, see pdfleet_sim.worker.heartbeat) on two simulated workers.
 
 A prefill killed with SIGKILL and started again on the same ports: the pair heals when the prefill stays
 down for the heartbeat's limit, requests in flight to it fail with SGLang's "Lost connection" reason,
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from pdfleet.simworker.heartbeat import HeartbeatSettings, PrefillHeartbeat
-from pdfleet.testing.localpd import HOST, free_port
-from pdfleet.testing.simclient import chat_body
+from pdfleet_sim.testing.localpd import HOST, free_port
+from pdfleet_sim.testing.simclient import chat_body
+from pdfleet_sim.worker.heartbeat import HeartbeatSettings, PrefillHeartbeat
 
 from .helpers import Worker, pd_request, wait_until
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from pdfleet.testing.localpd import HOST, free_port, http_get, http_json
-from pdfleet.testing.simclient import chat_body
+from pdfleet_sim.testing.localpd import HOST, free_port, http_get, http_json
+from pdfleet_sim.testing.simclient import chat_body
 
 from .helpers import Worker, open_and_drop, pd_request, stage_counts, wait_until
 

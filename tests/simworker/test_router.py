@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pdfleet.testing.localpd import LocalPD, RouterSpec, http_get, http_json
-from pdfleet.testing.simclient import chat_body, stream_chat
+from pdfleet_sim.testing.localpd import LocalPD, RouterSpec, http_get, http_json
+from pdfleet_sim.testing.simclient import chat_body, stream_chat
 
 from .helpers import open_and_drop, stage_counts, wait_until
 
@@ -77,7 +77,7 @@ def test_smg_propagates_disconnect_before_first_token(
     This test used to show the opposite: smg relays a stream through a bounded channel and notices that the
     client left only when it forwards the next chunk, and the stand-in sent its stream header at once, so smg
     held both upstream connections until the first token. SGLang's OpenAI handlers send nothing before the
-    first chunk (serving_chat.py kick-starts the generator; see pdfleet.simworker.waitloop), so the router is
+    first chunk (serving_chat.py kick-starts the generator; see pdfleet_sim.worker.waitloop), so the router is
     still waiting for the workers' answers when its client leaves, and smg drops them like sglang-router.
     """
     with LocalPD([sim_python], tmp_path, slow_prefill_env, smg_router) as pd:

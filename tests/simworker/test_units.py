@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from pdfleet.simworker import engine
-from pdfleet.simworker.args import SettingsError, SimSettings, parse_args
-from pdfleet.simworker.kv import DecodePeer, KVPoll, ThreadState, TPPrefillKV
-from pdfleet.simworker.metrics import Metrics
-from pdfleet.simworker.pd import BootstrapError, target_tp_ranks
+from pdfleet_sim.worker import engine
+from pdfleet_sim.worker.args import SettingsError, SimSettings, parse_args
+from pdfleet_sim.worker.kv import DecodePeer, KVPoll, ThreadState, TPPrefillKV
+from pdfleet_sim.worker.metrics import Metrics
+from pdfleet_sim.worker.pd import BootstrapError, target_tp_ranks
 
 # The command line our systemd units pass to `python -m sglang.launch_server` (planner._worker_unit).
 UNIT_ARGV = [
@@ -115,10 +115,12 @@ def test_package_imports_without_heavy_deps() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, pdfleet.simworker, pdfleet.simworker.args, pdfleet.simworker.engine, "
-            "pdfleet.simworker.metrics, pdfleet.simworker.kv, pdfleet.testing.localpd, pdfleet.testing.simclient, "
-            "pdfleet.simworker.kvreal, pdfleet.simworker.kvfake\n"
-            "bad = [m for m in ('torch', 'sglang', 'aiohttp', 'zmq') if m in sys.modules]\n"
+    code = ("import sys, pdfleet_sim.worker, pdfleet_sim.worker.args, pdfleet_sim.worker.engine, "
+            "pdfleet_sim.worker.metrics, pdfleet_sim.worker.kv, pdfleet_sim.testing.localpd, "
+            "pdfleet_sim.testing.simclient, "
+            "pdfleet_sim.worker.kvreal, pdfleet_sim.worker.kvfake\n"
+            "heavy = ('torch', 'sglang', 'aiohttp', 'zmq', 'yaml', 'pdfleet_sim.hosts')\n"
+            "bad = [m for m in heavy if m in sys.modules]\n"
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from pdfleet.patch import nixlcpu
 
-FORMAT = "[%(asctime)s] %(message)s"  # pdfleet.simworker's format; SGLang's own adds a rank prefix
+FORMAT = "[%(asctime)s] %(message)s"  # pdfleet_sim.worker's format; SGLang's own adds a rank prefix
 
 
 def main(version: str, conn_file: str, out_file: str, level: str = "debug") -> int:

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pdfleet.testing.localpd import REPO_ROOT, LocalPD, RouterSpec, free_port
+from pdfleet_sim.paths import import_path
+from pdfleet_sim.testing.localpd import REPO_ROOT, LocalPD, RouterSpec, free_port
+from pdfleet_sim.testing.realwedge import runtime_pd_env
 
 SGLANG_VERSION = "0.5.15.post1"
 
@@ -87,8 +89,8 @@ def runtime() -> Any:
 
 
 def runtime_env(rt: Any, patched: bool) -> dict[str, str]:
-    return {**rt.env(SGLANG_VERSION), "PDFLEET_SIM_CONN_FILE": str(rt.conn_file(SGLANG_VERSION, patched)),
-            "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"}
+    """The runtime python's worker environment (its PYTHONPATH gets pdfleet_sim too: the stand-in is not in it)."""
+    return runtime_pd_env(rt, patched, SGLANG_VERSION)
 
 
 @contextlib.contextmanager
@@ -124,5 +126,5 @@ def light_python() -> str:
 def light_env() -> dict[str, str]:
     """The light KV stand-in, healthy (its fake wedge prints the very death the logs check looks for: the wedge
     tests run SGLang's real code instead)."""
-    return {"PYTHONPATH": str(REPO_ROOT / "scripts"), "PDFLEET_SIM_KV_BACKEND": "fake", "PYTHONUNBUFFERED": "1",
+    return {"PYTHONPATH": import_path(), "PDFLEET_SIM_KV_BACKEND": "fake", "PYTHONUNBUFFERED": "1",
             "PDFLEET_SIM_ABORT_DELAY_S": "0.5"}

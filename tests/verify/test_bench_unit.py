@@ -108,7 +108,7 @@ def test_bench_serving_adapter(tmp_path: Path) -> None:
 
 
 def test_fleet_baseline_key_is_not_a_single_pairs_and_not_the_checkouts() -> None:
-    from pdfleet.cluster import plan_inventory
+    from pdfleet.inventory_plan import plan_inventory
     from pdfleet.paths import REPO_ROOT
     from pdfleet.verify.targets import from_plan
 

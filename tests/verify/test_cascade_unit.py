@@ -86,7 +86,7 @@ def test_unreachable_router_fails_the_cascade() -> None:
 
 
 def test_cascade_opens_its_sessions_per_prefill() -> None:
-    from pdfleet.cluster import plan_inventory
+    from pdfleet.inventory_plan import plan_inventory
     from pdfleet.paths import REPO_ROOT
     from pdfleet.verify.protocol import cascade_settings
     from pdfleet.verify.settings import Settings

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pdfleet.cluster import plan_inventory
+from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from pdfleet.verify.checks import compare_worker, kv_disagreements, router_worker_urls
 from pdfleet.verify.targets import Target, Worker, from_plan, from_urls

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from pdfleet.cli import main as pdfleet_main
-from pdfleet.testing.localpd import free_port
 from pdfleet.verify.report import Report
 from pdfleet.verify.result import CheckResult
+from pdfleet_sim.testing.localpd import free_port
 
 from .conftest import run_verify
 
@@ -137,7 +137,7 @@ def test_the_plan_document_can_come_on_stdin(monkeypatch: pytest.MonkeyPatch) ->
     """`--plan -`: the verification play hands over the preflight's plan without a file."""
     import io
 
-    from pdfleet.cluster import plan_inventory
+    from pdfleet.inventory_plan import plan_inventory
     from pdfleet.paths import DEFAULT_INVENTORY
     from pdfleet.plandoc import PlanDocumentError, plan_document, read_plan_document
 

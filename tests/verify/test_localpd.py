@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 import pytest
-from pdfleet.testing.localpd import RouterSpec, http_get
+from pdfleet_sim.testing.localpd import RouterSpec, http_get
 
 from .conftest import SGLANG_VERSION, VerifyRun, light_env, local_pd, runtime_env, verify_defaults, verify_local
 

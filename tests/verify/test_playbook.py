@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from pdfleet.testing.localpd import REPO_ROOT, LocalPD, RouterSpec, free_port
+from pdfleet_sim.testing.localpd import REPO_ROOT, LocalPD, RouterSpec, free_port
 
 from .conftest import SGLANG_VERSION, local_pd, runtime_env
 

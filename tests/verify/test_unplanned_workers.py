@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pdfleet.cluster import plan_inventory
+from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from pdfleet.verify.checks import unplanned_router_workers
 from pdfleet.verify.targets import from_plan, from_urls

@@ -7,8 +7,8 @@ import sys
 from collections.abc import Callable
 
 import pytest
-from pdfleet.paths import REPO_ROOT
-from pdfleet.testing.localpd import RouterSpec
+from pdfleet_sim.paths import import_path
+from pdfleet_sim.testing.localpd import RouterSpec
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +34,7 @@ def light_env() -> Callable[..., dict[str, str]]:
     (remediation): recognising a wedge is tested on SGLang's real code (test_watchdog_names_a_real_sglang_wedge)."""
 
     def env(wedge: bool = False, tokens_per_s: float = 40.0) -> dict[str, str]:
-        out = {"PYTHONPATH": str(REPO_ROOT / "scripts"), "PDFLEET_SIM_KV_BACKEND": "fake", "PYTHONUNBUFFERED": "1",
+        out = {"PYTHONPATH": import_path(), "PDFLEET_SIM_KV_BACKEND": "fake", "PYTHONUNBUFFERED": "1",
                "PDFLEET_SIM_ABORT_DELAY_S": "0.5", "PDFLEET_SIM_DECODE_TOKENS_PER_S": str(tokens_per_s)}
         if wedge:
             out["PDFLEET_SIM_FAKE_ABORT_KILLS_THREAD"] = "1"

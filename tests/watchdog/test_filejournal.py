@@ -1,4 +1,4 @@
-"""The LocalPD journal stand-in (pdfleet.testing.realwedge.FileJournal) gives the watchdog's JournalWatch what
+"""The LocalPD journal stand-in (pdfleet_sim.testing.realwedge.FileJournal) gives the watchdog's JournalWatch what
 journalctl gives it on a host: each round only the whole lines written since the previous cursor."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pdfleet.testing.realwedge import FileJournal
 from pdfleet.watchdog.journal import JournalUnavailable, JournalWatch
+from pdfleet_sim.testing.realwedge import FileJournal
 
 DEATH = ["Exception in thread Thread-2 (bootstrap_thread):", "Traceback (most recent call last):",
          "AssertionError: First message should be b'NixlMsgGuard'. Foreign traffic?"]

@@ -9,8 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pdfleet.cluster import plan_inventory
+from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
+from role_inputs import plan_inputs
 
 BIN = Path(sys.executable).parent
 ROLE_DIR = REPO_ROOT / "ansible" / "roles"
@@ -23,15 +24,15 @@ def _play(tmp_path: Path, body: str, extra: dict) -> subprocess.CompletedProcess
     (tmp_path / "vars.json").write_text(json.dumps(extra))
     return subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "--check", str(book),
                            "-e", f"@{tmp_path / 'vars.json'}"], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=300, check=False, env={"ANSIBLE_ROLES_PATH": str(ROLE_DIR), "PATH": str(BIN),
-                                                         "ANSIBLE_NOCOLOR": "1"})
+                          timeout=300, check=False, env={"PATH": str(BIN), "ANSIBLE_NOCOLOR": "1"})
 
 
 def test_restart_on_a_router_host_without_the_workers_is_refused(tmp_path: Path) -> None:
     plan = plan_inventory(REPO_ROOT / "inventory" / "sim-fleet").to_dict()
-    proc = _play(tmp_path, "    - ansible.builtin.include_role:\n        name: pdfleet_watchdog\n",
+    proc = _play(tmp_path, "    - ansible.builtin.include_role:\n        name: pdfleet.cluster.pdfleet_watchdog\n",
                  {"pdfleet_watchdog_plan": plan, "pdfleet_watchdog_local_host": "router1",
-                  "pdfleet_watchdog_wheel": WHEEL, "pdfleet_watchdog_remediation": "restart"})
+                  "pdfleet_watchdog_wheel": WHEEL, "pdfleet_watchdog_remediation": "restart",
+                  **plan_inputs("pdfleet_watchdog")})
     out = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode != 0, out[-3000:]
     assert "router1: pdfleet_watchdog_remediation=restart, but the pairs on node1, node2, node3 run on other" in out

@@ -31,14 +31,14 @@ from typing import Any
 import pytest
 from pdfleet import fleet
 from pdfleet.paths import REPO_ROOT
-from pdfleet.testing.localpd import HOST, LocalPD, RouterSpec, free_port, http_get, stop_process
-from pdfleet.testing.realwedge import SGLANG_VERSION, FileJournal, foreign_frame, runtime_pd_env
-from pdfleet.testing.waiting import wait_until
 from pdfleet.watchdog.actions import FleetActions
 from pdfleet.watchdog.journal import JournalWatch
 from pdfleet.watchdog.loop import Config, Watchdog
 from pdfleet.watchdog.remediate import Remediator
 from pdfleet.watchdog.state import State
+from pdfleet_sim.testing.localpd import HOST, LocalPD, RouterSpec, free_port, http_get, stop_process
+from pdfleet_sim.testing.realwedge import SGLANG_VERSION, FileJournal, foreign_frame, runtime_pd_env
+from pdfleet_sim.testing.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

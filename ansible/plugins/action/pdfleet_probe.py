@@ -1,13 +1,14 @@
-"""Action plugin pdfleet_probe: one read-only look at a host in one round trip.
+"""Action plugin pdfleet.cluster.pdfleet_probe: one read-only probe of a host in one round trip.
 
 A role's ``files/probe.py`` runs with the host's Ansible Python; its settings (JSON) go on its standard input
 and it prints one JSON document, returned as ``probe``. No module wrapper is built or copied: a converged host
-costs one remote command per look (a ``command`` task costs about four times as much on a no-op run). The look
+costs one remote command per probe (a ``command`` task costs about four times as much on a no-op run). The probe
 changes nothing, so it runs in check mode too.
 
-What every look needs (file state, installed packages, a wheel's RECORD) is written once, in
-``ansible/plugins/probe_common.py``; the remote program registers it as the module ``pdfleet_probe_common``
-and then runs the role's script as ``__main__``.
+What every probe needs (file state, installed packages, a wheel's RECORD) is written once, in
+the collection's ``plugins/module_utils/pdfleet_probe_common.py`` (code that runs on the managed host, as a
+module's shared code does); the remote program registers it as the module ``pdfleet_probe_common`` and then runs
+the role's script as ``__main__``. It is read from beside this file, in the same collection.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.plugins.action import ActionBase
 
 ARGS = frozenset(("src", "settings", "python"))
-COMMON = Path(__file__).resolve().parents[1] / "probe_common.py"
+COMMON = Path(__file__).resolve().parents[1] / "module_utils" / "pdfleet_probe_common.py"
 COMMON_MODULE = "pdfleet_probe_common"
 
 

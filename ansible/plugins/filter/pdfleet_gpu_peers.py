@@ -6,7 +6,7 @@
          nixl_decode_gpus) }}
 
 `pdfleet_gpu_peer_modes` gives the modes to ask for (r, w). Input of the check: {mode: {rc, stdout, stderr}} of
-`nvidia-smi topo -p2p r` and `w` (the role's look); output: the problems,
+`nvidia-smi topo -p2p r` and `w` (the role's probe); output: the problems,
 each naming the host, the GPU pairs and the fix (empty when every prefill/decode pair reads and writes OK).
 """
 
@@ -35,8 +35,8 @@ def pdfleet_gpu_peer_problems(answers: Mapping[str, Mapping[str, object]] | None
                          [int(str(g)) for g in decode_gpus])
 
 
-def pdfleet_gpu_peer_modes(_: object = None) -> list[str]:
-    """The `nvidia-smi topo -p2p` modes the check reads (what the role's look asks the host for)."""
+def pdfleet_gpu_peer_modes(_value: object = None) -> list[str]:
+    """The `nvidia-smi topo -p2p` modes the check reads (what the role's probe asks the host for)."""
     if _IMPORT_ERROR is not None:
         raise AnsibleFilterError(f"the pdfleet package is not importable ({_IMPORT_ERROR})")
     return list(MODES)

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from ansible.errors import AnsibleFilterError
 
 try:
-    from pdfleet.cluster import supported_patches
     from pdfleet.errors import PlanError
+    from pdfleet.inventory_plan import supported_patches
     from pdfleet.plandoc import control_paths, plan_document
     from pdfleet.planner import build_plan
 except ImportError as exc:  # pragma: no cover - depends on how ansible-playbook was started

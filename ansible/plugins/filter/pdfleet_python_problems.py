@@ -4,7 +4,7 @@
       {{ __sglang_probe_run.probe.python | pdfleet_python_problems(inventory_hostname, sglang_version,
          sglang_install_mode, sglang_python_check_nixl) }}
 
-The look (the sglang role's files/probe.py) reports the Python version of the interpreter that makes (or made) the
+The probe (the sglang role's files/probe.py) reports the Python version of the interpreter that makes (or made) the
 service venv, the host's glibc and, in sim mode, the CPU runtime's Python. The decision, from the wheel facts kept
 beside each pin (the manifest's `wheels:`, constants.yml `pin_wheels`), is pdfleet.patch.wheels'; the result is a
 list with one message naming the host, its Python, the pin and the pins that would install (empty: it installs).
@@ -27,7 +27,7 @@ else:
 
 def pdfleet_python_problems(look: Mapping[str, object], host: str, version: str, install_mode: str,
                             with_nixl: bool = False) -> list[str]:
-    """The problems of `host` installing SGLang `version` in `install_mode` with the Python its look reported."""
+    """The problems of `host` installing SGLang `version` in `install_mode` with the Python its probe reported."""
     if _IMPORT_ERROR is not None:
         raise AnsibleFilterError(
             f"the pdfleet package is not importable ({_IMPORT_ERROR}); run ansible-playbook from the "

@@ -1,4 +1,4 @@
-"""Lookup plugin pdfleet_template: a template rendered as the template module writes it, for a role's one look.
+"""Lookup plugin pdfleet_template: a template rendered as the template module writes it, for a role's one probe.
 
 The roles compare what is on a host with what the template module would write (its sha256), on every run. The
 builtin template lookup deep-copies every variable of the task for each file it renders; with the cluster's plan
@@ -9,14 +9,6 @@ trailing newline kept, backslashes as written) and the same template variables (
 """
 
 from __future__ import annotations
-
-import os
-from typing import Any
-
-from ansible.errors import AnsibleLookupError
-from ansible.template import generate_ansible_template_vars, trust_as_template
-
-from ansible.plugins.lookup import LookupBase
 
 DOCUMENTATION = """
 name: pdfleet_template
@@ -32,6 +24,15 @@ options:
     type: dict
     default: {}
 """
+
+# The imports follow the documentation (ansible-test sanity: import-before-documentation).
+import os  # noqa: E402
+from typing import Any  # noqa: E402
+
+from ansible.errors import AnsibleLookupError  # noqa: E402
+from ansible.template import generate_ansible_template_vars, trust_as_template  # noqa: E402
+
+from ansible.plugins.lookup import LookupBase  # noqa: E402
 
 
 class LookupModule(LookupBase):

@@ -6,16 +6,17 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: pdfleet_fleet_bench
 short_description: Benchmark the fleet through its router against a baseline taken earlier in the run
+author: pdfleet (!UNKNOWN)
 description:
   - pdfleet.verify's load and comparison (the protocol's tolerances) through the production router. With
     O(save) the result becomes the baseline in O(baseline_file); without, it is compared with it and the module
     fails on a regression. Read-only for the cluster (changed=false); skipped in check mode.
 options:
-  router_url: {description: The router's base URL., type: str, required: true}
-  model: {description: The served model name., type: str, required: true}
-  baseline_file: {description: This run's baseline file., type: path, required: true}
-  save: {description: Save this result as the baseline (before the first host)., type: bool, default: false}
-  settings: {description: Benchmark setting overrides (bench_requests, ...)., type: dict, default: {}}
+  router_url: {description: "The router's base URL.", type: str, required: true}
+  model: {description: "The served model name.", type: str, required: true}
+  baseline_file: {description: "This run's baseline file.", type: path, required: true}
+  save: {description: "Save this result as the baseline (before the first host).", type: bool, default: false}
+  settings: {description: "Benchmark setting overrides (bench_requests, ...).", type: dict, default: {}}
 """
 
 EXAMPLES = r"""
@@ -28,12 +29,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-bench: {description: The benchmark check (status, summary, measured)., type: dict, returned: always}
+bench: {description: "The benchmark check (status, summary, measured).", type: dict, returned: always}
 """
 
 from pathlib import Path  # noqa: E402 - Ansible modules put their documentation first
 
-from ansible.module_utils.pdfleet_module import PdfleetImports, controller_module  # noqa: E402
+from ansible_collections.pdfleet.cluster.plugins.module_utils.pdfleet_module import (  # noqa: E402
+    PdfleetImports,
+    controller_module,
+)
 
 with PdfleetImports() as IMPORTS:
     from pdfleet.rollout import bench

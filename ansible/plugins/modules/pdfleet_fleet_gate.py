@@ -6,6 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: pdfleet_fleet_gate
 short_description: Refuse to take a host out unless enough other pairs serve
+author: pdfleet (!UNKNOWN)
 description:
   - Sends one real request through every other pair the router lists (straight to the pair as the router
     would, C(pdfleet.fleet.pair_canary)), and through every cross-host pairing of them, and counts the pairs
@@ -13,18 +14,18 @@ description:
     when one of them does not answer or fewer than O(min_pairs) would keep serving without O(host).
   - Read-only (changed=false); runs in check mode too.
 options:
-  router_url: {description: The router's base URL., type: str, required: true}
-  api_key: {description: The router's API key, if any., type: str, no_log: true}
-  plan: {description: The plan document (pdfleet_plan)., type: dict, required: true}
-  host: {description: The host about to leave the router (its pair is not counted)., type: str, required: true}
+  router_url: {description: "The router's base URL.", type: str, required: true}
+  api_key: {description: "The router's API key, if any.", type: str}
+  plan: {description: "The plan document (pdfleet_plan).", type: dict, required: true}
+  host: {description: "The host about to leave the router (its pair is not counted).", type: str, required: true}
   min_pairs:
     description:
       - Pairs that must keep serving without O(host), kept as given.
       - Unset, 1, and 0 on a one-pair cluster (its pair leaves and nothing serves for a while).
     type: int
-  model: {description: Model name for the requests., type: str, required: true}
-  deadline: {description: Seconds each request may take., type: float, default: 30}
-  cross: {description: Also each serving prefill with every other serving host's decode., type: bool, default: true}
+  model: {description: "Model name for the requests.", type: str, required: true}
+  deadline: {description: "Seconds each request may take.", type: float, default: 30}
+  cross: {description: "Also each serving prefill with every other serving host's decode.", type: bool, default: true}
 """
 
 EXAMPLES = r"""
@@ -38,12 +39,16 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-serving: {description: Hosts whose pair is listed and answered., type: list, returned: always}
-canaries: {description: Each other pair's request (status, latency, problem)., type: list, returned: always}
-effective_min_pairs: {description: min_pairs as given (unset, 1; 0 on one pair)., type: int, returned: always}
+serving: {description: "Hosts whose pair is listed and answered.", type: list, returned: always}
+canaries: {description: "Each other pair's request (status, latency, problem).", type: list, returned: always}
+effective_min_pairs: {description: "min_pairs as given (unset, 1; 0 on one pair).", type: int, returned: always}
 """
 
-from ansible.module_utils.pdfleet_module import ROUTER_ARGS, PdfleetImports, controller_module  # noqa: E402
+from ansible_collections.pdfleet.cluster.plugins.module_utils.pdfleet_module import (  # noqa: E402
+    ROUTER_ARGS,
+    PdfleetImports,
+    controller_module,
+)
 
 with PdfleetImports() as IMPORTS:
     from pdfleet import fleet

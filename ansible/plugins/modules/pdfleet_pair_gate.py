@@ -6,6 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: pdfleet_pair_gate
 short_description: Gate one pair through a temporary router that knows only it
+author: pdfleet (!UNKNOWN)
 description:
   - Thin wrapper over C(pdfleet.fleet.isolated_gate). Starts sglang-router on the control machine's loopback
     with only this pair, runs pdfleet.verify's config gate, deep liveness, an abort cascade, recovery and the
@@ -14,11 +15,11 @@ description:
     its measured values. Never changes anything (changed=false); skipped in check mode (it aborts sessions).
 options:
   pair: {description: "The pair: C(host) and C(members).", type: dict, required: true}
-  model: {description: The served model name the workers must report., type: str}
-  sglang_version: {description: The SGLang version the workers must report., type: str}
+  model: {description: "The served model name the workers must report.", type: str}
+  sglang_version: {description: "The SGLang version the workers must report.", type: str}
   settings: {description: Overrides of gate_settings (verify Settings fields)., type: dict, default: {}}
-  inventory: {description: Inventory, to read the journals over SSH (none = no scan)., type: path}
-  report: {description: Write the protocol's JSON report here., type: path}
+  inventory: {description: "Inventory, to read the journals over SSH (none = no scan).", type: path}
+  report: {description: "Write the protocol's JSON report here.", type: path}
 """
 
 EXAMPLES = r"""
@@ -32,9 +33,9 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-gate: {description: ok, verdict, failures (check, status, summary, measured), seconds., type: dict, returned: always}
-started: {description: Epoch when the gate began., type: float, returned: always}
-finished: {description: Epoch when it ended., type: float, returned: always}
+gate: {description: "ok, verdict, failures (check, status, summary, measured), seconds.", type: dict, returned: always}
+started: {description: "Epoch when the gate began.", type: float, returned: always}
+finished: {description: "Epoch when it ended.", type: float, returned: always}
 """
 
 import io  # noqa: E402 - Ansible modules put their documentation first
@@ -42,7 +43,10 @@ import json  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from ansible.module_utils.pdfleet_module import PdfleetImports, controller_module  # noqa: E402
+from ansible_collections.pdfleet.cluster.plugins.module_utils.pdfleet_module import (  # noqa: E402
+    PdfleetImports,
+    controller_module,
+)
 
 with PdfleetImports() as IMPORTS:
     from pdfleet import fleet

@@ -6,13 +6,14 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: pdfleet_probe
 short_description: Run a role's read-only probe script on the host in one round trip
+author: pdfleet (!UNKNOWN)
 description:
   - Runs O(src) (a file under the role's C(files/)) with the host's Python; O(settings) go to its standard input
     as one JSON line and the JSON document it prints comes back as RV(probe).
   - Read-only and never changed; it runs in check mode too. Implemented by the action plugin
     C(ansible/plugins/action/pdfleet_probe.py), which the repository's C(ansible.cfg) enables.
 options:
-  src: {description: The probe script's file name under the role's files/., type: str, required: true}
+  src: {description: "The probe script's file name under the role's files/.", type: str, required: true}
   settings: {description: What the probe compares against (JSON-able)., type: raw, default: {}}
   python:
     description: "The interpreter on the host (default: the host's Ansible interpreter, else python3)."
@@ -20,7 +21,7 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Look at the host once
+- name: Probe the host once
   pdfleet_probe:
     src: probe.py
     settings: {profile: /etc/profile.d/cuda.sh}
@@ -28,7 +29,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-probe: {description: The JSON document the probe printed., returned: success, type: dict}
+probe: {description: "The JSON document the probe printed.", returned: success, type: dict}
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - Ansible modules put their documentation first

@@ -6,14 +6,15 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: pdfleet_rollout_plan
 short_description: Plan a rollout from each host's sglang record and the router's worker list
+author: pdfleet (!UNKNOWN)
 description:
   - Thin wrapper over C(pdfleet.rollout.plan.build), the same code as C(pdfleet rollout plan). Read-only.
 options:
-  plan: {description: The plan document (pdfleet_plan)., type: dict, required: true}
-  records: {description: Host -> its parsed pdfleet-record.json (null when absent)., type: dict, required: true}
-  router_url: {description: The router's base URL., type: str, required: true}
-  api_key: {description: The router's API key, if any., type: str, no_log: true}
-  serial: {description: Batch sizes (Ansible serial semantics)., type: list, elements: raw, default: [1, 1]}
+  plan: {description: "The plan document (pdfleet_plan).", type: dict, required: true}
+  records: {description: "Host -> its parsed pdfleet-record.json (null when absent).", type: dict, required: true}
+  router_url: {description: "The router's base URL.", type: str, required: true}
+  api_key: {description: "The router's API key, if any.", type: str}
+  serial: {description: "Batch sizes (Ansible serial semantics).", type: list, elements: raw, default: [1, 1]}
   min_pairs:
     description:
       - Pairs that must keep serving at every step, kept as given (a plan that cannot keep them is refused).
@@ -30,11 +31,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-rollout: {description: strategy, order, batches, halves, actions, steps, refusal., type: dict, returned: always}
-table: {description: The plan for people., type: list, returned: always}
+rollout: {description: "strategy, order, batches, halves, actions, steps, refusal.", type: dict, returned: always}
+table: {description: "The plan for people.", type: list, returned: always}
 """
 
-from ansible.module_utils.pdfleet_module import ROUTER_ARGS, PdfleetImports, controller_module  # noqa: E402
+from ansible_collections.pdfleet.cluster.plugins.module_utils.pdfleet_module import (  # noqa: E402
+    ROUTER_ARGS,
+    PdfleetImports,
+    controller_module,
+)
 
 with PdfleetImports() as IMPORTS:
     from pdfleet.fleet.router import RouterClient, RouterError

@@ -6,18 +6,19 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: pdfleet_rollout_report
 short_description: Write the rollout report (timeline and seconds per host, outcome, table)
+author: pdfleet (!UNKNOWN)
 description:
   - Writes C(pdfleet.rollout.report.build)'s JSON to O(path) on the control machine. A local artefact of the
     run, so it reports changed=false; in check mode nothing is written.
 options:
-  path: {description: Where to write the report., type: path, required: true}
-  rollout: {description: The rollout plan (pdfleet_rollout_plan's result)., type: dict, required: true}
+  path: {description: "Where to write the report.", type: path, required: true}
+  rollout: {description: "The rollout plan (pdfleet_rollout_plan's result).", type: dict, required: true}
   timelines: {description: Host -> its timeline marks (epochs)., type: dict, default: {}}
-  outcome: {description: ok, and on failure host, step, message., type: dict, required: true}
-  started: {description: Epoch the rollout began., type: float, required: true}
-  swap: {description: The split-fleet swap's measurements., type: dict}
-  one_pair: {description: The cluster has one pair (report the window without service)., type: bool, default: false}
-  bench: {description: The benchmark check after the last host (against the baseline before the first)., type: dict}
+  outcome: {description: "ok, and on failure host, step, message.", type: dict, required: true}
+  started: {description: "Epoch the rollout began.", type: float, required: true}
+  swap: {description: "The split-fleet swap's measurements.", type: dict}
+  one_pair: {description: "The cluster has one pair (report the window without service).", type: bool, default: false}
+  bench: {description: "The benchmark check after the last host (against the baseline before the first).", type: dict}
 """
 
 EXAMPLES = r"""
@@ -30,14 +31,17 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-table: {description: The per-host table., type: list, returned: always}
-path: {description: The report's path., type: str, returned: always}
+table: {description: "The per-host table.", type: list, returned: always}
+path: {description: "The report's path.", type: str, returned: always}
 """
 
 import time  # noqa: E402 - Ansible modules put their documentation first
 from pathlib import Path  # noqa: E402
 
-from ansible.module_utils.pdfleet_module import PdfleetImports, controller_module  # noqa: E402
+from ansible_collections.pdfleet.cluster.plugins.module_utils.pdfleet_module import (  # noqa: E402
+    PdfleetImports,
+    controller_module,
+)
 
 with PdfleetImports() as IMPORTS:
     from pdfleet.rollout import report

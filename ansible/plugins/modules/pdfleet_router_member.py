@@ -6,6 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: pdfleet_router_member
 short_description: Put a pair's SGLang workers in or out of the router, draining on the way out
+author: pdfleet (!UNKNOWN)
 description:
   - Thin wrapper over C(pdfleet.fleet). C(state=absent) removes the pair's workers from the router
     (sglang-router 0.3.2 C(DELETE /workers/{id}), polled until gone), returns their exact specs and then waits
@@ -15,18 +16,18 @@ description:
   - Idempotent; in check mode it only reports what it would change. Run it on the control machine
     (delegate it to localhost).
 options:
-  router_url: {description: The router's base URL (the plan's router_url)., type: str, required: true}
-  api_key: {description: The router's API key, if it has one., type: str, no_log: true}
+  router_url: {description: "The router's base URL (the plan's router_url).", type: str, required: true}
+  api_key: {description: "The router's API key, if it has one.", type: str}
   pair: {description: "The pair: C(host) and C(members) (name, role, url, ...).", type: dict, required: true}
-  state: {description: In or out of the router., type: str, choices: [present, absent], default: present}
-  specs: {description: Specs from C(state=absent), to add back exactly., type: list, elements: dict, default: []}
-  drain_timeout: {description: Seconds to wait for idle after removal (0 = do not wait)., type: float, default: 300}
-  fail_on_busy: {description: Fail when the workers are not idle by the deadline., type: bool, default: true}
-  confirm: {description: After adding, confirm that the router routes to every worker., type: bool, default: true}
-  confirm_timeout: {description: Seconds to confirm routing., type: float, default: 60}
-  model: {description: Model name for the routing probes., type: str, default: default}
-  wait: {description: Seconds to wait for the router's listing to show each change., type: float, default: 30}
-  plan: {description: The plan document; with it, re-adding also checks every cross-host pairing., type: dict}
+  state: {description: "In or out of the router.", type: str, choices: [present, absent], default: present}
+  specs: {description: "Specs from C(state=absent), to add back exactly.", type: list, elements: dict, default: []}
+  drain_timeout: {description: "Seconds to wait for idle after removal (0 = do not wait).", type: float, default: 300}
+  fail_on_busy: {description: "Fail when the workers are not idle by the deadline.", type: bool, default: true}
+  confirm: {description: "After adding, confirm that the router routes to every worker.", type: bool, default: true}
+  confirm_timeout: {description: "Seconds to confirm routing.", type: float, default: 60}
+  model: {description: "Model name for the routing probes.", type: str, default: default}
+  wait: {description: "Seconds to wait for the router's listing to show each change.", type: float, default: 30}
+  plan: {description: "The plan document; with it, re-adding also checks every cross-host pairing.", type: dict}
 """
 
 EXAMPLES = r"""
@@ -41,18 +42,22 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-removed: {description: The specs of the workers removed (for re-adding)., type: list, returned: always}
-drain: {description: Removal and idle wait measurements., type: dict, returned: state=absent}
-readd: {description: Re-add and routing confirmation., type: dict, returned: state=present}
-membership_before: {description: in, out or partial., type: str, returned: always}
-started: {description: Epoch when the module began., type: float, returned: always}
-finished: {description: Epoch when it ended., type: float, returned: always}
+removed: {description: "The specs of the workers removed (for re-adding).", type: list, returned: always}
+drain: {description: "Removal and idle wait measurements.", type: dict, returned: state=absent}
+readd: {description: "Re-add and routing confirmation.", type: dict, returned: state=present}
+membership_before: {description: "in, out or partial.", type: str, returned: always}
+started: {description: "Epoch when the module began.", type: float, returned: always}
+finished: {description: "Epoch when it ended.", type: float, returned: always}
 """
 
 import time  # noqa: E402 - Ansible modules put their documentation first
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - Ansible modules put their documentation first
-from ansible.module_utils.pdfleet_module import ROUTER_ARGS, PdfleetImports, controller_module  # noqa: E402
+from ansible_collections.pdfleet.cluster.plugins.module_utils.pdfleet_module import (  # noqa: E402
+    ROUTER_ARGS,
+    PdfleetImports,
+    controller_module,
+)
 
 with PdfleetImports() as IMPORTS:
     from pdfleet import fleet

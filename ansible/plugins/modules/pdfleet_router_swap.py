@@ -6,6 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: pdfleet_router_swap
 short_description: Swap router membership from the old half of a fleet to the new half
+author: pdfleet (!UNKNOWN)
 description:
   - Removes every worker of O(remove) (all queued at once, confirmed), then adds every worker of O(add)
     (C(pdfleet.fleet.RouterClient.swap)). The router never lists workers of both halves, so it can never
@@ -13,12 +14,12 @@ description:
     C(gap_s); new requests there get a fast 503). Then confirms that the router routes to the new half.
   - Idempotent (nothing to remove and everything present = changed=false); check mode reports only.
 options:
-  router_url: {description: The router's base URL., type: str, required: true}
-  api_key: {description: The router's API key, if any., type: str, no_log: true}
-  remove: {description: Pairs to take out (host, members)., type: list, elements: dict, required: true}
-  add: {description: Pairs to put in., type: list, elements: dict, required: true}
-  model: {description: Model name for the routing probes., type: str, default: default}
-  confirm_timeout: {description: Seconds to confirm routing to each added pair., type: float, default: 60}
+  router_url: {description: "The router's base URL.", type: str, required: true}
+  api_key: {description: "The router's API key, if any.", type: str}
+  remove: {description: "Pairs to take out (host, members).", type: list, elements: dict, required: true}
+  add: {description: "Pairs to put in.", type: list, elements: dict, required: true}
+  model: {description: "Model name for the routing probes.", type: str, default: default}
+  confirm_timeout: {description: "Seconds to confirm routing to each added pair.", type: float, default: 60}
 """
 
 EXAMPLES = r"""
@@ -31,13 +32,17 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-swap: {description: removed, added, remove_s, gap_s, total_s., type: dict, returned: changed}
-confirmed: {description: Each added pair's routing confirmation., type: list, returned: changed}
+swap: {description: "removed, added, remove_s, gap_s, total_s.", type: dict, returned: changed}
+confirmed: {description: "Each added pair's routing confirmation.", type: list, returned: changed}
 """
 
 import time  # noqa: E402 - Ansible modules put their documentation first
 
-from ansible.module_utils.pdfleet_module import ROUTER_ARGS, PdfleetImports, controller_module  # noqa: E402
+from ansible_collections.pdfleet.cluster.plugins.module_utils.pdfleet_module import (  # noqa: E402
+    ROUTER_ARGS,
+    PdfleetImports,
+    controller_module,
+)
 
 with PdfleetImports() as IMPORTS:
     from pdfleet import fleet

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdfleet.cluster import supported_patches
 from pdfleet.errors import PdfleetError
 from pdfleet.inventory import ROOT_VARIABLE, InventorySource, load_inventory
+from pdfleet.inventory_plan import supported_patches
 from pdfleet.launchcheck import store
 from pdfleet.patch import runtime
 from pdfleet.paths import REPO_ROOT

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pdfleet import fleet
-from pdfleet.cluster import plan_inventory
 from pdfleet.errors import PdfleetError
 from pdfleet.inventory import load_inventory
+from pdfleet.inventory_plan import plan_inventory
 from pdfleet.ops import tasks
 from pdfleet.ops.tasks import FAILED, OK, HostLine
 from pdfleet.paths import DEFAULT_INVENTORY, REPO_ROOT

@@ -12,9 +12,9 @@ import argparse
 import json
 
 from pdfleet import versions
-from pdfleet.cluster import plan_of
 from pdfleet.inventory import load_inventory
 from pdfleet.inventory_flags import add_inventory_arguments, source_from_args
+from pdfleet.inventory_plan import plan_of
 from pdfleet.patch import manifest as patches
 from pdfleet.patch.cli import patch_subcommands
 from pdfleet.remote import RemoteError, connection_for, run

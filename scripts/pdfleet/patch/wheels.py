@@ -137,7 +137,7 @@ def host_problems(host: str, look: dict[str, str], version: str, install_mode: s
                   patches_dir: Path | None = None) -> list[str]:
     """Why ``host`` cannot install SGLang ``version``: [] when it can.
 
-    ``look`` is what the sglang role's look reports: ``python`` ("3.10", the interpreter that makes or made the
+    ``look`` is what the sglang role's probe reports: ``python`` ("3.10", the interpreter that makes or made the
     service venv), ``python_from`` (which one that is), ``glibc`` ("2.35") and, in sim mode, ``runtime_python``
     (the prepared CPU runtime's). The one message names the host, its Python and glibc, the pin, each package
     without a fitting wheel and the pins that would install there."""
@@ -212,7 +212,7 @@ def summarize(name: str, version: str, filenames: list[str]) -> PackageWheels:
 
 
 def registry_wheels(name: str, version: str, pip: tuple[str, ...] = (sys.executable, "-m", "pip")) -> list[str]:
-    """The wheel file names pip finds for ``name==version`` in its configured indexes (one look-up: the platform
+    """The wheel file names pip finds for ``name==version`` in its configured indexes (one probe-up: the platform
     asked for matches no binary wheel, so pip lists every link and skips them; a pure-Python wheel matches any
     platform and is downloaded, into a temporary directory removed at once)."""
     with tempfile.TemporaryDirectory(prefix="pdfleet-wheels-") as dest:

@@ -8,9 +8,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from pdfleet.cluster import plan_inventory
 from pdfleet.fleet.router import RouterClient, RouterError, RouterWorker
 from pdfleet.inventory import load_inventory
+from pdfleet.inventory_plan import plan_inventory
 from pdfleet.remote import RemoteError, connection_for, run
 from pdfleet.rollout.state import HostState, host_states
 from pdfleet.versions import RECORD_NAME

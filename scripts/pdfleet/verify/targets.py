@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdfleet.cluster import plan_inventory
 from pdfleet.inventory import InventorySource
+from pdfleet.inventory_plan import plan_inventory
 from pdfleet.plandoc import plan_document
 from pdfleet.planner import Plan
 

@@ -55,7 +55,7 @@ def _cluster(args: argparse.Namespace) -> tuple[dict[str, fleet.Pair], str, str 
         pairs = fleet.pairs_from_plan_dict(plan)
         model, sglang, router_url = plan.get("model") or {}, plan.get("sglang") or {}, plan.get("router_url")
     else:
-        from pdfleet.cluster import plan_inventory
+        from pdfleet.inventory_plan import plan_inventory
 
         p = plan_inventory(args.inventory)
         pairs, model, sglang, router_url = fleet.pairs_from_plan(p), p.model, p.sglang, p.router_url

@@ -1,4 +1,4 @@
-"""The cuda_toolkit role's one look at a host (pdfleet_probe: settings on stdin; prints JSON): the installed versions
+"""The cuda_toolkit role's one probe of a host (pdfleet_probe: settings on stdin; prints JSON): the installed versions
 of the packages it names (one dpkg-query), whether the CUDA repository is configured, the profile script's state and
 `nvcc --version`. The role's tasks run only for what differs. Changes nothing."""
 

@@ -1,4 +1,4 @@
-"""The model role's one look at the host (pdfleet_probe: settings on stdin; prints JSON).
+"""The model role's one probe of the host (pdfleet_probe: settings on stdin; prints JSON).
 
   dir    the model directory's {mode, owner, group}, or null when it is missing
   files  with "files": true, each regular file directly in it as "name sha256 mode owner group" (the stand-in's

@@ -1,4 +1,4 @@
-"""The nixl role's one look at a host (pdfleet_probe: settings on stdin; prints JSON): which of the packages it names
+"""The nixl role's one probe of a host (pdfleet_probe: settings on stdin; prints JSON): which of the packages it names
 are installed (one dpkg-query), the service venv and its distributions, what `import nixl` reports in it,
 `ucx_info -d`, and `nvidia-smi topo -p2p <mode>` for the modes it is given (GPU peer access, judged on the controller
 by pdfleet.gpu_peers). The role's tasks run only for what differs; its checks read this. Changes nothing."""

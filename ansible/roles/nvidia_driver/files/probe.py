@@ -1,4 +1,4 @@
-"""The nvidia_driver role's one look at a host (pdfleet_probe: settings on stdin; prints JSON).
+"""The nvidia_driver role's one probe of a host (pdfleet_probe: settings on stdin; prints JSON).
 
 In one round trip: the OS facts the role reads (distribution, version, OS family, running kernel), the Secure Boot
 state, the machine id, the installed packages the role names for this distribution (settings: by_distribution, by
@@ -19,7 +19,7 @@ import urllib.request
 
 from pdfleet_probe_common import os_facts, read_text, run, stat_of, unit_state
 
-# The fields of a distribution's entry (the role's __nvidia_driver_distributions), empty.
+# The fields of a distribution's entry (the role's vars/<Distribution>.yml), empty.
 NO_ENTRY = {"packages": [], "package_revision": "", "hold_regex": "", "pin_globs": [], "prerequisites": [],
             "releases": {}}
 

@@ -1,4 +1,4 @@
-"""The pdfleet_monitoring role's one look at the host (pdfleet_probe: settings on stdin).
+"""The pdfleet_monitoring role's one probe of the host (pdfleet_probe: settings on stdin).
 
 Prints JSON: whether the prometheus package is installed (one dpkg-query), each file the role writes as
 {sha256, mode, owner, group} or null, and prometheus.service's enabled/active state, so a converged host costs

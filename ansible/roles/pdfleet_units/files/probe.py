@@ -1,4 +1,4 @@
-"""The pdfleet_units role's one look at a host (pdfleet_probe: settings on stdin).
+"""The pdfleet_units role's one probe of a host (pdfleet_probe: settings on stdin).
 
 Prints JSON: the service user and group, each managed directory's and file's mode/owner/group (files also
 their sha256, never their content: secrets.env is one of them), each unit's enabled/active state, and for the
@@ -30,7 +30,7 @@ def _show(units: list[str]) -> dict[str, dict[str, str]]:
         return {}
     proc = subprocess.run(["systemctl", "show", "--timestamp=unix", "-p",
                            "Id,UnitFileState,ActiveState,ActiveEnterTimestamp", *units],
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=False)
     found = {}
     for block in proc.stdout.split("\n\n"):
         props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)

@@ -1,4 +1,4 @@
-"""The pdfleet_watchdog role's one look at the router host (pdfleet_probe: settings on stdin).
+"""The pdfleet_watchdog role's one probe of the router host (pdfleet_probe: settings on stdin).
 
 Prints JSON with everything the role's no-op path needs, in one round trip instead of a module call per item:
   debs_missing  the .deb packages not installed (one dpkg-query)

@@ -1,4 +1,4 @@
-"""The sglang role's one look at a host (pdfleet_probe: settings on stdin; prints JSON).
+"""The sglang role's one probe of a host (pdfleet_probe: settings on stdin; prints JSON).
 
 Everything the role's no-op path needs in one round trip, instead of a module call per item:
   debs_missing   the prerequisite .deb packages not installed (one dpkg-query)
@@ -7,8 +7,10 @@ Everything the role's no-op path needs in one round trip, instead of a module ca
   conn_sha256    sha256 of SGLang's conn.py in the venv ("" when missing)
   files          {path: {content, mode, owner, group} or null} of the small files the role writes
                  (record, .pth, wheel marker)
-  wheel_ok       the installed pdfleet wheel's files all match the hashes of its RECORD (hand edits show)
-  wheel_bad      else the first file that does not (or "not installed")
+  wheel_ok       every wheel of settings "wheel_dists" (sim mode: pdfleet and pdfleet-sim) is installed and its
+                 files all match the hashes of its RECORD (hand edits show)
+  wheel_bad      else the first that is not installed ("<dist>: not installed"), or its first file that does not
+                 match
   python         {python, python_from, glibc, runtime_python, python_error}: the Python minor version of the
                  service venv's interpreter, or (no venv yet) of the interpreter that will make it (settings
                  "python", run once); the host's glibc; in sim mode the prepared CPU runtime's Python. The role
@@ -19,6 +21,7 @@ Nothing is changed on the host.
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -61,6 +64,19 @@ def _python(cfg: dict, purelib: str) -> dict:
     return out
 
 
+def _wheels_bad(purelib: str, dists: dict, names: list) -> str:
+    """The first of the wheels `names` not installed or with a file off its RECORD ("" when all are good)."""
+    if not names:
+        return "not installed"
+    for name in names:
+        wanted = re.sub(r"[-_.]+", "-", name.lower()) + "=="
+        entry = next((e for dist, e in dists.items() if dist.startswith(wanted)), None)
+        bad = f"{name}: not installed" if entry is None else record_bad(purelib, entry)
+        if bad:
+            return bad
+    return ""
+
+
 def main() -> None:
     cfg = json.loads(sys.stdin.readline())  # settings: one JSON line on stdin (pdfleet_probe)
     out = {"debs_missing": debs_missing(cfg.get("debs") or []), "purelib": "", "dists": [], "conn_sha256": "",
@@ -70,10 +86,8 @@ def main() -> None:
         out["purelib"] = purelib
         dists = dists_of(purelib)
         out["dists"] = sorted(dists)
-        for dist, entry in dists.items():
-            if dist.startswith("pdfleet=="):
-                out["wheel_bad"] = record_bad(purelib, entry)
-                out["wheel_ok"] = out["wheel_bad"] == ""
+        out["wheel_bad"] = _wheels_bad(purelib, dists, cfg.get("wheel_dists") or [])
+        out["wheel_ok"] = out["wheel_bad"] == ""
         conn = os.path.join(purelib, cfg["conn_file"])
         if os.path.isfile(conn):
             out["conn_sha256"] = sha256_of(conn).hexdigest()
