@@ -109,6 +109,13 @@ def dists_of(purelib: str) -> dict[str, str]:
     return out
 
 
+def pin_key(spec: str) -> str:
+    """A pin "Name_x==1.0" as dists_of names it: lower case, each run of "-", "_" or "." in the name as one "-"
+    (PEP 503). A spec that is not "name==version" is returned lower-cased only (it matches no installed one)."""
+    name, sep, version = spec.lower().partition("==")
+    return re.sub(r"[-_.]+", "-", name) + sep + version if sep else spec.lower()
+
+
 def record_bad(purelib: str, dist_info: str) -> str:
     """The first file of an installed distribution missing or not at the sha256 its RECORD names ("" when all
     match; pip writes urlsafe base64 without padding): a hand edit on the host shows as drift."""
