@@ -4,6 +4,7 @@ tasks must each run on one entry of the role's "differs" dict, and the gate must
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -38,9 +39,22 @@ FOLLOW_UPS = {
 
 
 def _differs_keys(role: str, var: str) -> set[str]:
-    data = yaml.safe_load((ROLES / role / "vars" / "main.yml").read_text())
-    assert isinstance(data.get(var), dict), f"{role}/vars/main.yml: {var} is not a dict"
-    return set(data[var])
+    """The entries of the role's differs dict: its probe's DIFFERS (files/probe.py computes them; vars/main.yml
+    only reads the probe's answer into the variable)."""
+    assert yaml.safe_load((ROLES / role / "vars" / "main.yml").read_text()).get(var) == (
+        f"{{{{ __{role}_probe_run.probe.differs }}}}"), f"{role}/vars/main.yml: {var} is not the probe's differs"
+    return set(probe_differs(role))
+
+
+def probe_differs(role: str) -> tuple[str, ...]:
+    """The module-level tuple DIFFERS of the role's files/probe.py, read without running it."""
+    tree = ast.parse((ROLES / role / "files" / "probe.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["DIFFERS"]:
+            value = ast.literal_eval(node.value)
+            assert isinstance(value, tuple) and value, f"{role}/files/probe.py: DIFFERS is not a tuple of names"
+            return value
+    raise AssertionError(f"{role}/files/probe.py has no module-level DIFFERS tuple")
 
 
 # Where a role includes its gated files: main.yml, or the file main.yml itself includes behind one gate.
@@ -122,6 +136,6 @@ def test_each_gated_task_runs_on_an_entry_the_gate_covers(role: str, file: str, 
 def test_the_gate_table_names_every_gated_file() -> None:
     """A role that grows a new gated file (a "differs" dict in its vars) is listed above."""
     with_differs = {r.name for r in ROLES.iterdir()
-                    if re.search(r"^__\w+_differs:\s*$", (r / "vars" / "main.yml").read_text(), re.M)}
+                    if re.search(r"^DIFFERS = ", (r / "files" / "probe.py").read_text(), re.M)}
     assert with_differs - {"pdfleet_units"} == {g[0] for g in GATES}
     assert Path(ROLES / "pdfleet_units" / "tasks" / "install.yml").is_file()

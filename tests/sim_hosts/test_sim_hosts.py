@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,54 @@ def test_down_after_a_partial_up(sim_state_dir: Path):
     assert json.loads((sim_state_dir / "cluster.json").read_text())["network"]["bridge"] == network.bridge
     down(sim_state_dir, _print)
     assert _leftovers(sim_state_dir, network.bridge, [h.name for h in hosts]) == NOTHING
+
+
+def _with_known_hosts(cluster: SimCluster, tmp_path: Path, lines: str) -> Path:
+    """A copy of the sim's ssh_config that checks host keys against a known_hosts holding ``lines``."""
+    known = tmp_path / "known_hosts"
+    known.write_text(lines)
+    text = cluster.ssh_config.read_text().replace(str(cluster.state_dir / "known_hosts"), str(known))
+    assert str(known) in text
+    config = tmp_path / "ssh_config"
+    config.write_text(text)
+    return config
+
+
+def test_host_keys_are_checked_by_ssh_ansible_and_fabric(sim_cluster: SimCluster, tmp_path: Path):
+    """The sim's known_hosts lets SSH, Ansible and the day-2 commands (Fabric) in; an unknown key and a changed
+    key (another host's answering at this address) are refused by all three, naming the cause."""
+    from pdfleet.inventory import HostConnection
+    from pdfleet.paths import REPO_ROOT
+    from pdfleet.remote import RemoteError, run
+
+    first, second = sim_cluster.hosts
+    known = (sim_cluster.state_dir / "known_hosts").read_text()
+    assert f"{first.name},{first.address} ssh-ed25519 " in known and f"{second.name},{second.address} " in known
+
+    def fabric(config: Path) -> tuple[int, str, str]:
+        return run(HostConnection(name=second.name, address=second.address, user="root",
+                                  ssh_args=("-F", str(config))), "hostname")
+
+    def ansible(config: Path) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "ANSIBLE_SSH_ARGS": "-o ControlMaster=no -o ControlPath=none"}
+        return subprocess.run([str(Path(sys.executable).parent / "ansible"), "all", "-i", f"{second.address},",
+                               "-u", "root", "-m", "ansible.builtin.ping",
+                               "-e", f"ansible_ssh_common_args='-F {config}'"],
+                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+    assert fabric(sim_cluster.ssh_config)[1].strip() == second.name
+    assert ansible(sim_cluster.ssh_config).returncode == 0
+    # another host's keys under this host's name and address: the key changed
+    other = "".join(line.replace(f"{first.name},{first.address}", f"{second.name},{second.address}") + "\n"
+                    for line in known.splitlines() if line.startswith(f"{first.name},"))
+    for lines, said in ((other, "not the one known_hosts"), ("", "in none of the known_hosts files")):
+        config = _with_known_hosts(sim_cluster, tmp_path, lines)
+        proc = subprocess.run(["ssh", "-F", str(config), "-o", "BatchMode=yes", "-o", "ControlMaster=no",
+                               "-o", "ControlPath=none", second.name, "true"],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 255 and "Host key verification failed" in proc.stderr, proc.stderr
+        refused = ansible(config)
+        assert refused.returncode != 0 and "Host key verification failed" in refused.stdout + refused.stderr
+        with pytest.raises(RemoteError) as err:
+            fabric(config)
+        assert f"host {second.name} ({second.address})" in str(err.value) and said in str(err.value), err.value

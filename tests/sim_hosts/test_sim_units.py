@@ -63,7 +63,8 @@ def test_ssh_config_matches_name_and_address(tmp_path):
     path = sim_hosts.write_ssh_config(tmp_path, [SimHost("node1", "10.77.0.11")])
     text = path.read_text()
     assert "Host node1 10.77.0.11" in text
-    assert "StrictHostKeyChecking no" in text
+    assert "StrictHostKeyChecking yes" in text
+    assert f"UserKnownHostsFile {tmp_path / 'known_hosts'}" in text
     assert f"IdentityFile {tmp_path / 'id_ed25519'}" in text
 
 

@@ -51,6 +51,7 @@ from .system import (
 CLUSTER_FILE = "cluster.json"
 KEY_NAME = "id_ed25519"
 SSH_CONFIG = "ssh_config"
+KNOWN_HOSTS = "known_hosts"
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
 WRAPPER = Path(__file__).with_name("wrapper.py")
@@ -105,6 +106,24 @@ def ensure_key(state_dir: Path) -> Path:
     return key
 
 
+def write_known_hosts(state_dir: Path, hosts: Sequence[SimHost]) -> Path:
+    """The sim's own known_hosts: each host's public host keys (made by `ssh-keygen -A` on its first boot, kept in
+    its overlay's upper layer) under its name and address. The ssh_config checks host keys against it only, so a
+    host that answers with another key is refused, as a production host would be."""
+    lines = []
+    for host in hosts:
+        keydir = _host_dir(state_dir, host.name) / "upper" / "etc" / "ssh"
+        for pub in sorted(keydir.glob("ssh_host_*_key.pub")):
+            kind, blob = pub.read_text().split()[:2]
+            lines.append(f"{host.name},{host.address} {kind} {blob}")
+    path = state_dir / KNOWN_HOSTS
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(f"{line}\n" for line in lines))
+    tmp.chmod(0o644)
+    tmp.rename(path)
+    return path
+
+
 def write_ssh_config(state_dir: Path, hosts: Sequence[SimHost]) -> Path:
     key = state_dir / KEY_NAME
     lines = [
@@ -118,8 +137,8 @@ def write_ssh_config(state_dir: Path, hosts: Sequence[SimHost]) -> Path:
             "    User root",
             f"    IdentityFile {key}",
             "    IdentitiesOnly yes",
-            "    StrictHostKeyChecking no",
-            "    UserKnownHostsFile /dev/null",
+            "    StrictHostKeyChecking yes",
+            f"    UserKnownHostsFile {state_dir / KNOWN_HOSTS}",
             "    GlobalKnownHostsFile /dev/null",
             "    LogLevel ERROR",
             "    ConnectTimeout 5",
@@ -402,6 +421,7 @@ def up(
             progress(f"{host.name}: starting at {host.address}")
             _start_host(state_dir, host, all_hosts, network, golden, runtime)
             started.append(host)
+        write_known_hosts(state_dir, all_hosts)
         for host in all_hosts:  # let every host resolve every other, also ones added later
             root = _host_dir(state_dir, host.name) / "root"
             if is_mountpoint(root):
