@@ -1,0 +1,85 @@
+"""The units' sandboxing, measured: `systemd-analyze security --offline` on every unit pdfleet renders (the golden
+renders of every example inventory, and the watchdog's unit in both remediation modes) gives the exposure the
+README's table states, and the gateway's and the watchdog's are at most 2.0 (issue 30)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import jinja2
+import pytest
+import yaml
+from pdfleet.paths import REPO_ROOT
+
+GOLDEN = REPO_ROOT / "tests" / "plan" / "golden"
+WATCHDOG_TEMPLATE = REPO_ROOT / "ansible" / "roles" / "pdfleet_watchdog" / "templates" / "pdfleet-watchdog.service.j2"
+LIMIT = {"router": 2.0, "watchdog": 2.0}
+
+pytestmark = pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+
+
+def exposure(unit: Path) -> float:
+    proc = subprocess.run(["systemd-analyze", "security", "--offline=true", "--no-pager", str(unit)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    found = re.search(r"Overall exposure level for \S+: (\d+\.\d)", proc.stdout + proc.stderr)
+    assert found, f"{unit}: systemd-analyze said: {proc.stdout[-500:]} {proc.stderr[-500:]}"
+    return float(found.group(1))
+
+
+def kind(unit: Path) -> str:
+    name = unit.name.removeprefix("pdfleet-").removesuffix(".service")
+    return "router" if name == "router" else "watchdog" if name == "watchdog" else "worker"
+
+
+def readme_figures() -> dict[str, float]:
+    text = (REPO_ROOT / "README.md").read_text()
+    section = text.split("## Hardened units", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (router|worker|watchdog) \([^|]*\| (\d+\.\d) \|", section, re.M)
+    return {name: float(value) for name, value in rows}
+
+
+def watchdog_unit(tmp_path: Path, remediation: str) -> Path:
+    """The watchdog role's unit rendered as the role renders it, with its defaults and a plan's values."""
+    defaults = yaml.safe_load((WATCHDOG_TEMPLATE.parents[1] / "defaults" / "main.yml").read_text())
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
+    env.filters["comment"] = lambda text: f"#\n# {text}\n#"
+    values = {**{k: v for k, v in defaults.items() if not str(v).startswith("{{")},
+              "ansible_managed": "Ansible managed", "pdfleet_watchdog_remediation": remediation,
+              "__pdfleet_watchdog_router_unit": "pdfleet-router", "pdfleet_watchdog_user": "pdfleet-watchdog",
+              "pdfleet_watchdog_plan": {"service": {"config_dir": "/etc/pdfleet"}},
+              "pdfleet_watchdog_home": "/opt/pdfleet-watchdog", "pdfleet_watchdog_config_dir": "/etc/pdfleet-watchdog",
+              "pdfleet_watchdog_local_host": "gpu01", "pdfleet_watchdog_metrics_address": "192.0.2.10",
+              "pdfleet_watchdog_router_python": "/opt/pdfleet/venv/bin/python"}
+    out = tmp_path / remediation / "pdfleet-watchdog.service"
+    out.parent.mkdir()
+    out.write_text(env.from_string(WATCHDOG_TEMPLATE.read_text()).render(**values))
+    return out
+
+
+def units(tmp_path: Path) -> list[Path]:
+    return sorted(GOLDEN.glob("*/*/*.service")) + [watchdog_unit(tmp_path, m) for m in ("alert", "restart")]
+
+
+def test_every_unit_is_as_exposed_as_the_readme_says_and_the_gateway_and_watchdog_at_most_2(tmp_path: Path) -> None:
+    figures = readme_figures()
+    assert set(figures) == {"router", "worker", "watchdog"}, figures
+    found = units(tmp_path)
+    assert {kind(u) for u in found} == set(figures)
+    wrong = [f"{u.relative_to(u.parents[2])}: {exposure(u)} (README: {figures[kind(u)]})"
+             for u in found if exposure(u) != figures[kind(u)]]
+    assert not wrong, "README's Hardened units table is not what systemd-analyze measures: " + "; ".join(wrong)
+    assert all(figures[k] <= limit for k, limit in LIMIT.items()), figures
+
+
+def test_the_measure_sees_a_weakened_unit(tmp_path: Path) -> None:
+    """The check fails on the bad case: the router's unit without its sandbox is far above 2.0."""
+    router = GOLDEN / "pd-4p4d" / "gpu01" / "pdfleet-router.service"
+    weak = tmp_path / "pdfleet-router.service"
+    weak.write_text("\n".join(line for line in router.read_text().splitlines()
+                              if not line.startswith(("Protect", "Private", "SystemCall", "Restrict", "Capability",
+                                                      "NoNewPrivileges", "ProcSubset", "DevicePolicy")))
+                    + "\n")
+    assert exposure(weak) > LIMIT["router"] + 3
