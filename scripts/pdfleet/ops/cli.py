@@ -24,6 +24,7 @@ from pdfleet.errors import PdfleetError
 from pdfleet.inventory import load_inventory
 from pdfleet.inventory_plan import plan_inventory
 from pdfleet.ops import tasks
+from pdfleet.ops.restart import RestartSteps, restart_pair
 from pdfleet.ops.tasks import FAILED, OK, HostLine
 from pdfleet.paths import DEFAULT_INVENTORY, REPO_ROOT
 from pdfleet.planner import Plan
@@ -127,24 +128,15 @@ def cmd_undrain(args: argparse.Namespace) -> int:
 
 def cmd_restart(args: argparse.Namespace) -> int:
     pair = _pair(args, args.pair)
-    runner = _runner(args.inventory)
     router = _router(args.plan)
-    actions = FleetActions(router, _model(args), args.plan.sglang.get("version"), runner, runner,
-                           startup_timeout_s=args.startup_timeout)
-
-    def one(host: str) -> HostLine:
-        drained = fleet.drain(router, pair, args.timeout)
-        if not drained.ok:
-            print(f"{host}: not idle after {args.timeout:g} s, restarting anyway: {drained.idle.describe()}",
-                  file=sys.stderr)
-        actions.restart(pair)
-        ok, why = actions.gate(pair)
-        if not ok:
-            return HostLine(host, FAILED, f"restarted but the gate failed, left out of the router: {why}")
-        ok, why = actions.readd(pair, drained.removed or None)
-        return HostLine(host, OK if ok else FAILED, f"restarted, gated and back in the router ({why})" if ok else why)
-
-    return _print(tasks.parallel([pair.host], one), args.json)
+    runner = _runner(args.inventory)
+    steps = RestartSteps(
+        drain=lambda p: fleet.drain(router, p, args.timeout),
+        actions=lambda run: FleetActions(router, _model(args), args.plan.sglang.get("version"), run, run,
+                                         startup_timeout_s=args.startup_timeout),
+        warn=lambda text: print(text, file=sys.stderr),
+        drain_timeout_s=args.timeout)
+    return _print(tasks.parallel([pair.host], lambda host: restart_pair(pair, runner, steps)), args.json)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,0 +1,106 @@
+"""`pdfleet ops restart PAIR`: the watchdog's steps by hand (drain, restart, isolated gate, back in), which never
+takes a pair out of the router unless it can put it back.
+
+Before anything is drained, every host of the pair is asked whether the SSH user may restart units there: as root,
+or through `sudo -n` (non-interactive; sudo that asks for a password counts as no). A user who may not is refused
+with the pair untouched. A restart or gate that fails after the drain says that the pair is still out of the
+router and how to bring it back.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from pdfleet import fleet
+from pdfleet.ops.tasks import FAILED, OK, HostLine, Runner
+from pdfleet.remote import RemoteError
+from pdfleet.watchdog.actions import RestartError
+
+# One round trip per host: the SSH user's uid, and whether sudo runs without asking.
+ACCESS_PROBE = "id -u; if sudo -n true >/dev/null 2>&1; then echo sudo; else echo nosudo; fi"
+SUDO = "sudo -n "
+
+
+class AccessError(Exception):
+    """The SSH user may not restart units on a host."""
+
+
+def restart_prefix(run: Runner, host: str) -> str:
+    """What to put before a `systemctl` command on ``host``: "" as root, ``sudo -n `` where sudo asks nothing;
+    AccessError (naming the host, the user's uid and the fix) otherwise."""
+    rc, out, err = run(host, ACCESS_PROBE)
+    words = out.split()
+    if rc != 0 or len(words) != 2:
+        raise AccessError(f"host {host}: could not ask whether the SSH user may restart units (rc {rc}: "
+                          f"{(err or out).strip()[:200]})")
+    uid, sudo = words
+    if uid == "0":
+        return ""
+    if sudo == "sudo":
+        return SUDO
+    raise AccessError(
+        f"host {host}: the SSH user (uid {uid}) is not root and `sudo -n` asks for a password, so it cannot "
+        "restart units there (systemctl would ask for interactive authentication). Fix: run pdfleet ops as a "
+        "user with passwordless sudo for systemctl on the worker hosts (as Ansible's become does), or as root")
+
+
+def privileged(run: Runner, prefixes: dict[str, str]) -> Runner:
+    """``run`` with each command under the host's prefix (``sudo -n sh -c '...'``; as root: unchanged), so the
+    restart's systemctl calls and the gate's journal reads run with the rights they need."""
+
+    def wrapped(host: str, command: str) -> tuple[int, str, str]:
+        prefix = prefixes.get(host, "")
+        return run(host, f"{prefix}sh -c {shlex.quote(command)}" if prefix else command)
+
+    return wrapped
+
+
+class PairActions(Protocol):
+    """The watchdog's steps on one pair (pdfleet.watchdog.actions.FleetActions)."""
+
+    def restart(self, pair: fleet.Pair) -> None: ...
+
+    def gate(self, pair: fleet.Pair) -> tuple[bool, str]: ...
+
+    def readd(self, pair: fleet.Pair, specs: list[fleet.WorkerSpec] | None) -> tuple[bool, str]: ...
+
+
+@dataclass
+class RestartSteps:
+    """What a restart does, each part replaceable (tests give fakes)."""
+
+    drain: Callable[[fleet.Pair], fleet.DrainResult]
+    actions: Callable[[Runner], PairActions]  # built on the runner that has the rights to restart and read journals
+    warn: Callable[[str], None]
+    drain_timeout_s: float
+
+
+def restart_pair(pair: fleet.Pair, run: Runner, steps: RestartSteps) -> HostLine:
+    """Check access on every host of the pair, then drain, restart, gate and put the pair back."""
+    hosts = sorted({m.host for m in pair.members})
+    try:
+        prefixes = {h: restart_prefix(run, h) for h in hosts}
+    except (AccessError, RemoteError) as e:
+        return HostLine(pair.host, FAILED, f"not restarted, nothing drained (the pair still serves): {e}")
+    actions = steps.actions(privileged(run, prefixes))
+    drained = steps.drain(pair)
+    if not drained.ok:
+        steps.warn(f"{pair.host}: not idle after {steps.drain_timeout_s:g} s, restarting anyway: "
+                   f"{drained.idle.describe()}")
+    out_of_router = (f"the pair is OUT of the router (drained): fix the cause, then run `pdfleet ops restart "
+                     f"{pair.host}` again, or `pdfleet ops undrain {pair.host}` to put it back as it is")
+    try:
+        actions.restart(pair)
+    except (RestartError, RemoteError) as e:
+        return HostLine(pair.host, FAILED, f"restart failed: {e}; {out_of_router}")
+    ok, why = actions.gate(pair)
+    if not ok:
+        return HostLine(pair.host, FAILED, f"restarted but the gate failed: {why}; {out_of_router}")
+    ok, why = actions.readd(pair, drained.removed or None)
+    if not ok:
+        return HostLine(pair.host, FAILED, f"restarted and gated, but not confirmed back in the router: {why}; "
+                                           f"{out_of_router}")
+    return HostLine(pair.host, OK, f"restarted, gated and back in the router ({why})")
