@@ -15,6 +15,14 @@ options:
   router_url: {description: "The router's base URL.", type: str, required: true}
   api_key: {description: "The router's API key, if any.", type: str}
   serial: {description: "Batch sizes (Ansible serial semantics).", type: list, elements: raw, default: [1, 1]}
+  model: {description: "The served model name, for the serving pairs' direct canaries.", type: str, required: true}
+  allow_degraded:
+    description:
+      - Plan even when a pair the router serves with fails its direct canary (a request through the pair, no
+        router); by default such a fleet is refused, naming the pair, before anything changes.
+    type: bool
+    default: false
+  canary_deadline_s: {description: "Seconds for each serving pair's canary (all at once).", type: float, default: 20}
   min_pairs:
     description:
       - Pairs that must keep serving at every step, kept as given (a plan that cannot keep them is refused).
@@ -44,6 +52,7 @@ from ansible_collections.pdfleet.cluster.plugins.module_utils.pdfleet_module imp
 with PdfleetImports() as IMPORTS:
     from pdfleet.fleet.router import RouterClient, RouterError
     from pdfleet.rollout import plan as rollout_plan
+    from pdfleet.rollout.health import apply_health, check_serving_pairs
     from pdfleet.rollout.state import host_states
 
 
@@ -54,6 +63,9 @@ def main() -> None:
         "records": {"type": "dict", "required": True},
         "serial": {"type": "list", "elements": "raw", "default": [1, 1]},
         "min_pairs": {"type": "int"},
+        "model": {"type": "str", "required": True},
+        "allow_degraded": {"type": "bool", "default": False},
+        "canary_deadline_s": {"type": "float", "default": 20.0},
     }, IMPORTS)
     p = module.params
     try:
@@ -61,9 +73,11 @@ def main() -> None:
     except RouterError as e:
         module.fail_json(msg=f"rollout plan: {e}")
     try:
-        plan = rollout_plan.build(host_states(p["plan"], p["records"], listed), p["serial"], p["min_pairs"])
+        states = host_states(p["plan"], p["records"], listed)
+        plan = rollout_plan.build(states, p["serial"], p["min_pairs"])
     except rollout_plan.RolloutPlanError as e:
         module.fail_json(msg=str(e))
+    apply_health(plan, check_serving_pairs(states, p["model"], p["canary_deadline_s"]), p["allow_degraded"])
     module.exit_json(changed=False, rollout=plan.to_dict(), table=rollout_plan.table(plan).splitlines())
 
 

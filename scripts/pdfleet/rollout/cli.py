@@ -18,6 +18,7 @@ from pdfleet.fleet.canary import pair_canary
 from pdfleet.paths import DEFAULT_INVENTORY
 from pdfleet.rollout import plan as rollout_plan
 from pdfleet.rollout.collect import collect
+from pdfleet.rollout.health import DEFAULT_DEADLINE_S, apply_health, check_serving_pairs
 from pdfleet.table import format_table
 
 
@@ -51,6 +52,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             q.add_argument("--min-pairs", type=int, default=None,
                            help="pairs that must keep serving (default 1, 0 on a one-pair cluster; a value given is "
                                 "kept strictly, as rollout.yml's pdfleet_rollout_min_pairs)")
+            q.add_argument("--allow-degraded", action="store_true",
+                           help="plan even when a serving pair fails its direct canary (rollout.yml: "
+                                "pdfleet_rollout_allow_degraded)")
+            q.add_argument("--canary-deadline", type=float, default=DEFAULT_DEADLINE_S,
+                           help=f"s for each serving pair's direct canary (default {DEFAULT_DEADLINE_S:g})")
         q.set_defaults(func=func)
 
 
@@ -63,8 +69,10 @@ def _collect(args: argparse.Namespace) -> tuple[dict, list, str]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    _, states, _ = _collect(args)
+    doc, states, _ = _collect(args)
     plan = rollout_plan.build(states, args.serial, args.min_pairs)
+    model = str(doc["model"].get("served_name") or doc["model"]["name"])
+    apply_health(plan, check_serving_pairs(states, model, args.canary_deadline), args.allow_degraded)
     print(json.dumps(plan.to_dict(), indent=2, sort_keys=True) if args.json else rollout_plan.table(plan))
     return 1 if plan.refusal else 0
 

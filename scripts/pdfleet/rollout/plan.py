@@ -97,6 +97,7 @@ class RolloutPlan:
     first_half: list[str] = field(default_factory=list)
     second_half: list[str] = field(default_factory=list)
     refusal: str = ""
+    pair_health: dict[str, Any] = field(default_factory=dict)  # pdfleet.rollout.health: {asked, failed, allowed}
 
     @property
     def hosts(self) -> list[str]:
@@ -108,7 +109,7 @@ class RolloutPlan:
                 "batches": self.batches, "first_half": self.first_half, "second_half": self.second_half,
                 "min_pairs": self.min_pairs, "effective_min_pairs": self.effective_min_pairs,
                 "total_pairs": self.total_pairs, "serving_now": self.serving_now, "steps": self.steps,
-                "refusal": self.refusal, "nothing_to_do": not self.hosts}
+                "refusal": self.refusal, "nothing_to_do": not self.hosts, "pair_health": self.pair_health}
 
 
 def build(states: list[HostState], serial: list[int | str] | tuple[int | str, ...] = DEFAULT_SERIAL,
@@ -217,6 +218,12 @@ def table(plan: RolloutPlan) -> str:
     head = (f"strategy {plan.strategy}  target {plan.target.label}  pairs {plan.total_pairs} "
             f"(serving now {plan.serving_now})  min_pairs {asked}{one_pair}")
     lines = [head, "", format_table(["host", "action", "from", "to", "router", "why"], rows), ""]
+    health = plan.pair_health
+    if health:
+        failed = health.get("failed") or {}
+        lines.append(f"serving pairs asked directly: {len(health.get('asked') or [])}, failed: "
+                     + (", ".join(sorted(failed)) or "none")
+                     + (" (allowed: pdfleet_rollout_allow_degraded)" if failed and health.get("allowed") else ""))
     if not plan.hosts:
         lines.append("nothing to do: every host is at the target and in the router")
     for step in plan.steps:
