@@ -20,6 +20,7 @@ from pdfleet.paths import REPO_ROOT
 ROLES = REPO_ROOT / "ansible" / "roles"
 PLUGIN = REPO_ROOT / "ansible" / "plugins" / "action" / "pdfleet_probe.py"
 NOBODY_ID = 54321  # no user or group on a test machine has it
+CUDA_WANT = {"package": "pdfleet-no-such-package", "package_version": "", "profile": None}  # cuda_toolkit's "want"
 
 
 def _action() -> ModuleType:
@@ -60,7 +61,7 @@ def test_monitoring_probe_names_an_unknown_owner_by_number(orphan: Path) -> None
 
 def test_cuda_toolkit_probe_names_an_unknown_owner_by_number(orphan: Path, tmp_path: Path) -> None:
     out = _probe("cuda_toolkit", {"source": str(tmp_path / "none.sources"), "profile": str(orphan),
-                                  "nvcc": str(tmp_path / "no-nvcc")})
+                                  "nvcc": str(tmp_path / "no-nvcc"), "want": CUDA_WANT})
     assert (out["profile"]["owner"], out["profile"]["group"]) == (str(NOBODY_ID), str(NOBODY_ID))
     assert out["source_exists"] is False
 
@@ -69,7 +70,7 @@ def _settings(tmp_path: Path) -> dict[str, dict]:
     """Settings for each role's look, every path under tmp_path: nothing the role manages exists."""
     none = str(tmp_path / "none")
     return {
-        "cuda_toolkit": {"source": none, "profile": none, "nvcc": none},
+        "cuda_toolkit": {"source": none, "profile": none, "nvcc": none, "want": CUDA_WANT},
         "model": {"path": none, "files": True},
         "nixl": {"venv": none, "ucx_info": none},
         "nvidia_driver": {"files": [none], "dirs": [none], "exists": [none], "modinfo": none,
