@@ -71,7 +71,8 @@ def _settings(tmp_path: Path) -> dict[str, dict]:
     none = str(tmp_path / "none")
     return {
         "cuda_toolkit": {"source": none, "profile": none, "nvcc": none, "want": CUDA_WANT},
-        "model": {"path": none, "files": True},
+        "model": {"path": none, "files": True, "want": {"dir": {"mode": "0755", "owner": "root", "group": "root"},
+                                                        "standin": None}},
         "nixl": {"venv": none, "ucx_info": none},
         "nvidia_driver": {"files": [none], "dirs": [none], "exists": [none], "modinfo": none,
                           "loaded_version_path": none, "unit": "pdfleet-no-such.service"},
@@ -98,7 +99,8 @@ def test_every_role_probe_runs_with_the_shared_helpers_and_finds_nothing(tmp_pat
         if "debs_missing" in out:
             assert out["debs_missing"] == ["pdfleet-no-such-package"], role
     assert _probe("pdfleet_units", settings["pdfleet_units"])["user"] is None
-    assert _probe("model", settings["model"]) == {"dir": None, "files": []}
+    assert _probe("model", settings["model"]) == {"dir": None, "files": {},
+                                                  "differs": {"dir": True, "standin": False}}
     assert none not in str(_probe("nixl", settings["nixl"])["dists"])
 
 
