@@ -21,6 +21,10 @@ ROLES = REPO_ROOT / "ansible" / "roles"
 PLUGIN = REPO_ROOT / "ansible" / "plugins" / "action" / "pdfleet_probe.py"
 NOBODY_ID = 54321  # no user or group on a test machine has it
 CUDA_WANT = {"package": "pdfleet-no-such-package", "package_version": "", "profile": None}  # cuda_toolkit's "want"
+# pdfleet_monitoring's "want": its files at paths that do not exist, the unit enabled and active
+MONITORING_WANT = {"paths": dict.fromkeys(("rules", "config", "defaults"), "/nonexistent/pdfleet"),
+                   "files": {key: {} for key in ("rules", "config", "defaults")},
+                   "unit": {"enabled": "enabled", "active": "active"}}
 
 
 def _action() -> ModuleType:
@@ -53,7 +57,7 @@ def orphan(tmp_path: Path) -> Path:
 
 def test_monitoring_probe_names_an_unknown_owner_by_number(orphan: Path) -> None:
     out = _probe("pdfleet_monitoring", {"package": "pdfleet-no-such-package", "files": [str(orphan)],
-                                        "unit": "pdfleet-no-such.service"})
+                                        "unit": "pdfleet-no-such.service", "want": MONITORING_WANT})
     assert out["files"][str(orphan)]["owner"] == str(NOBODY_ID)
     assert out["files"][str(orphan)]["group"] == str(NOBODY_ID)
     assert out["installed"] is False
@@ -77,7 +81,7 @@ def _settings(tmp_path: Path) -> dict[str, dict]:
         "nvidia_driver": {"files": [none], "dirs": [none], "exists": [none], "modinfo": none,
                           "loaded_version_path": none, "unit": "pdfleet-no-such.service"},
         "pdfleet_monitoring": {"package": "pdfleet-no-such-package", "files": [none],
-                               "unit": "pdfleet-no-such.service"},
+                               "unit": "pdfleet-no-such.service", "want": MONITORING_WANT},
         "pdfleet_units": {"user": "pdfleet-no-such-user", "group": "pdfleet-no-such-group", "dirs": [none],
                           "files": [none], "units": ["pdfleet-no-such.service"], "unit_dir": none,
                           "unit_glob": "pdfleet-*.service", "planned": []},
