@@ -20,6 +20,11 @@ from pdfleet.paths import REPO_ROOT
 ROLES = REPO_ROOT / "ansible" / "roles"
 PLUGIN = REPO_ROOT / "ansible" / "plugins" / "action" / "pdfleet_probe.py"
 NOBODY_ID = 54321  # no user or group on a test machine has it
+CUDA_WANT = {"package": "pdfleet-no-such-package", "package_version": "", "profile": None}  # cuda_toolkit's "want"
+# pdfleet_monitoring's "want": its files at paths that do not exist, the unit enabled and active
+MONITORING_WANT = {"paths": dict.fromkeys(("rules", "config", "defaults"), "/nonexistent/pdfleet"),
+                   "files": {key: {} for key in ("rules", "config", "defaults")},
+                   "unit": {"enabled": "enabled", "active": "active"}}
 
 
 def _action() -> ModuleType:
@@ -52,7 +57,7 @@ def orphan(tmp_path: Path) -> Path:
 
 def test_monitoring_probe_names_an_unknown_owner_by_number(orphan: Path) -> None:
     out = _probe("pdfleet_monitoring", {"package": "pdfleet-no-such-package", "files": [str(orphan)],
-                                        "unit": "pdfleet-no-such.service"})
+                                        "unit": "pdfleet-no-such.service", "want": MONITORING_WANT})
     assert out["files"][str(orphan)]["owner"] == str(NOBODY_ID)
     assert out["files"][str(orphan)]["group"] == str(NOBODY_ID)
     assert out["installed"] is False
@@ -60,7 +65,7 @@ def test_monitoring_probe_names_an_unknown_owner_by_number(orphan: Path) -> None
 
 def test_cuda_toolkit_probe_names_an_unknown_owner_by_number(orphan: Path, tmp_path: Path) -> None:
     out = _probe("cuda_toolkit", {"source": str(tmp_path / "none.sources"), "profile": str(orphan),
-                                  "nvcc": str(tmp_path / "no-nvcc")})
+                                  "nvcc": str(tmp_path / "no-nvcc"), "want": CUDA_WANT})
     assert (out["profile"]["owner"], out["profile"]["group"]) == (str(NOBODY_ID), str(NOBODY_ID))
     assert out["source_exists"] is False
 
@@ -69,13 +74,14 @@ def _settings(tmp_path: Path) -> dict[str, dict]:
     """Settings for each role's look, every path under tmp_path: nothing the role manages exists."""
     none = str(tmp_path / "none")
     return {
-        "cuda_toolkit": {"source": none, "profile": none, "nvcc": none},
-        "model": {"path": none, "files": True},
+        "cuda_toolkit": {"source": none, "profile": none, "nvcc": none, "want": CUDA_WANT},
+        "model": {"path": none, "files": True, "want": {"dir": {"mode": "0755", "owner": "root", "group": "root"},
+                                                        "standin": None}},
         "nixl": {"venv": none, "ucx_info": none},
         "nvidia_driver": {"files": [none], "dirs": [none], "exists": [none], "modinfo": none,
                           "loaded_version_path": none, "unit": "pdfleet-no-such.service"},
         "pdfleet_monitoring": {"package": "pdfleet-no-such-package", "files": [none],
-                               "unit": "pdfleet-no-such.service"},
+                               "unit": "pdfleet-no-such.service", "want": MONITORING_WANT},
         "pdfleet_units": {"user": "pdfleet-no-such-user", "group": "pdfleet-no-such-group", "dirs": [none],
                           "files": [none], "units": ["pdfleet-no-such.service"], "unit_dir": none,
                           "unit_glob": "pdfleet-*.service", "planned": []},
@@ -97,7 +103,8 @@ def test_every_role_probe_runs_with_the_shared_helpers_and_finds_nothing(tmp_pat
         if "debs_missing" in out:
             assert out["debs_missing"] == ["pdfleet-no-such-package"], role
     assert _probe("pdfleet_units", settings["pdfleet_units"])["user"] is None
-    assert _probe("model", settings["model"]) == {"dir": None, "files": []}
+    assert _probe("model", settings["model"]) == {"dir": None, "files": {},
+                                                  "differs": {"dir": True, "standin": False}}
     assert none not in str(_probe("nixl", settings["nixl"])["dists"])
 
 
