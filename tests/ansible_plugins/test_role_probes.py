@@ -70,6 +70,16 @@ def test_cuda_toolkit_probe_names_an_unknown_owner_by_number(orphan: Path, tmp_p
     assert out["source_exists"] is False
 
 
+def _driver_want(none: str) -> dict:
+    """The nvidia_driver probe's wanted state (vars/main.yml: its settings' want), every path `none`."""
+    state = {"mode": "0644", "owner": "root", "group": "root"}
+    return {"version": "580.95.05", "check_mode": False, "persistenced": True,
+            "unit": {"enabled": "enabled", "active": "active"},
+            "dirs": {entry: {"path": none, "state": state} for entry in ("keyring_dir", "blacklist_dir")},
+            "files": {entry: {"path": none, "state": state} for entry in ("key", "source", "pin", "blacklist")},
+            "pin_sha256": {}}
+
+
 def _settings(tmp_path: Path) -> dict[str, dict]:
     """Settings for each role's look, every path under tmp_path: nothing the role manages exists."""
     none = str(tmp_path / "none")
@@ -79,7 +89,7 @@ def _settings(tmp_path: Path) -> dict[str, dict]:
                                                         "standin": None}},
         "nixl": {"venv": none, "ucx_info": none},
         "nvidia_driver": {"files": [none], "dirs": [none], "exists": [none], "modinfo": none,
-                          "loaded_version_path": none, "unit": "pdfleet-no-such.service"},
+                          "loaded_version_path": none, "unit": "pdfleet-no-such.service", "want": _driver_want(none)},
         "pdfleet_monitoring": {"package": "pdfleet-no-such-package", "files": [none],
                                "unit": "pdfleet-no-such.service", "want": MONITORING_WANT},
         "pdfleet_units": {"user": "pdfleet-no-such-user", "group": "pdfleet-no-such-group", "dirs": [none],

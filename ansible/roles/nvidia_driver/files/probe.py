@@ -5,9 +5,14 @@ state, the machine id, the installed packages the role names for this distributi
 distribution name and release: prerequisites and packages, plus the running kernel's headers) or its hold
 pattern covers, with their selection, and those of the pattern not held (one dpkg-query), the state of the files
 the role writes (sha256, mode, owner), the repository's signing key as served now, the installed and the loaded kernel
-module, the signs of a pending reboot, nvidia-persistenced's state and nvidia-smi's answer. Each task of the role
-then runs only for what differs. Changes nothing.
+module, the signs of a pending reboot, nvidia-persistenced's state and nvidia-smi's answer. Changes nothing.
+
+What differs from the wanted state (settings: want) is decided here, by differs() and persistenced_differs(), in
+"differs" (one entry per put-back task of tasks/repository.yml and tasks/install.yml, which runs only on its
+entry) and "persistenced_differs" (tasks/converge.yml's nvidia-persistenced task).
 """
+
+from __future__ import annotations
 
 import hashlib
 import json
@@ -22,6 +27,10 @@ from pdfleet_probe_common import os_facts, read_text, run, stat_of, unit_state
 # The fields of a distribution's entry (the role's vars/<Distribution>.yml), empty.
 NO_ENTRY = {"packages": [], "package_revision": "", "hold_regex": "", "pin_globs": [], "prerequisites": [],
             "releases": {}}
+
+# The entries of "differs", each gating one task of tasks/repository.yml or tasks/install.yml.
+DIFFERS = ("prerequisites", "keyring_dir", "key", "source", "pin", "blacklist_dir", "blacklist", "headers", "driver",
+           "hold")
 
 
 def pick(facts: dict, by_distribution: dict) -> tuple[str, str, dict]:
@@ -54,6 +63,55 @@ def _module_info(modinfo: str) -> dict:
         if sep:
             fields.setdefault(key.strip(), value.strip())
     return {"module_version": fields.get("version", ""), "module_license": fields.get("license", "")}
+
+
+def differs(cfg: dict, found: dict) -> dict[str, bool]:
+    """Which of DIFFERS the host does not have as wanted (cfg["want"]), from what the probe found (pure).
+
+    want: version (the pinned driver version; the packages are wanted at it plus the entry's package_revision),
+    dirs (entry -> {path, state}: a directory's {mode, owner, group}), files (entry -> {path, state}: a file's
+    {sha256, mode, owner, group}; the key's sha256 is the key as served now, found["key"]) and pin_sha256 (the pin
+    file's sha256 by distribution name: its content names that distribution's globs and revision). A key that
+    could not be downloaded differs, so repository.yml runs and its check names the error; a distribution without
+    an entry differs in everything that depends on the entry (the checks before a change stop the role there)."""
+    want = cfg["want"]
+    dist = found["dist"]
+    packages = found["packages"]
+
+    def dir_differs(entry: str) -> bool:
+        return found["dirs"].get(want["dirs"][entry]["path"]) != want["dirs"][entry]["state"]
+
+    def file_differs(entry: str, sha256: str | None = None) -> bool:
+        spec = want["files"][entry]
+        state = spec["state"] if sha256 is None else {**spec["state"], "sha256": sha256}
+        return found["files"].get(spec["path"]) != state
+
+    key = found.get("key") or {"error": "no key URL"}
+    pin_sha256 = want["pin_sha256"].get(found["entry"])
+    package_version = want["version"] + dist["package_revision"]
+    return {
+        "prerequisites": any(name not in packages for name in dist["prerequisites"]),
+        "keyring_dir": dir_differs("keyring_dir"),
+        "key": key["error"] != "" or file_differs("key", key["sha256"]),
+        "source": file_differs("source"),
+        "pin": pin_sha256 is None or file_differs("pin", pin_sha256),
+        "blacklist_dir": dir_differs("blacklist_dir"),
+        "blacklist": file_differs("blacklist"),
+        "headers": "linux-headers-" + found["os"]["kernel"] not in packages,
+        # every package installed, all at the one pinned version (none at all: differs, as for no entry)
+        "driver": not dist["packages"] or any(name not in packages or packages[name]["version"] != package_version
+                                              for name in dist["packages"]),
+        "hold": len(found["unheld"]) > 0,
+    }
+
+
+def persistenced_differs(cfg: dict, found: dict) -> bool:
+    """Whether nvidia-persistenced is wanted (want: persistenced) but not in its wanted state (want: unit, e.g.
+    enabled and active); never in check mode before the pinned module is installed (it would not start)."""
+    want = cfg["want"]
+    at_pin = found["module_version"] == want["version"]
+    return (bool(want["persistenced"]) and not (want["check_mode"] and not at_pin)
+            and found.get("unit", {}) != want["unit"])
 
 
 def main() -> None:
@@ -93,7 +151,10 @@ def main() -> None:
     if cfg.get("smi_query"):
         smi = run(["nvidia-smi", "--query-gpu=" + cfg["smi_query"], "--format=csv,noheader,nounits"])
         out["smi"] = {"rc": smi["rc"], "stdout_lines": smi["stdout"].splitlines(), "msg": smi["stderr"].strip()}
+    out["differs"] = differs(cfg, out)
+    out["persistenced_differs"] = persistenced_differs(cfg, out)
     print(json.dumps(out))
 
 
-main()
+if __name__ == "__main__":
+    main()
