@@ -15,6 +15,13 @@ Everything the role's no-op path needs in one round trip, instead of a module ca
                  service venv's interpreter, or (no venv yet) of the interpreter that will make it (settings
                  "python", run once); the host's glibc; in sim mode the prepared CPU runtime's Python. The role
                  refuses a host whose Python cannot install the pin (pdfleet_python_problems) from this.
+  sim_missing    the pins of settings want.sim (SGLang and its sim requirements) not installed, normalised (sim mode)
+  differs        which task of tasks/apply.yml has something to put back (differs(): one entry of DIFFERS each)
+  patch          what tasks/patch.yml is for, as far as the probe can tell (patch_differs()): "conn_missing" (no
+                 conn.py to hash), "conn" (conn.py is not the wanted file), "record" (the record file differs)
+differs and patch compare what was found with the wanted state, settings "want" (data: the install mode, the pins,
+the states of the files the role writes, conn.py's sha256 and the record's fields); without "want" (the entry point
+`python`) nothing is compared and all are false.
 Nothing is changed on the host.
 """
 
@@ -25,7 +32,14 @@ import re
 import subprocess
 import sys
 
-from pdfleet_probe_common import debs_missing, dists_of, purelib_of, read_text, record_bad, sha256_of, stat_of
+from pdfleet_probe_common import debs_missing, dists_of, pin_key, purelib_of, read_text, record_bad, sha256_of, stat_of
+
+# The entries of "differs", one per task of tasks/apply.yml (vars/main.yml: __sglang_differs).
+DIFFERS = ("debs", "venv", "pypi_stack", "pth", "sim_stack", "sim_router", "wheel")
+# The entries of "patch" (vars/main.yml: __sglang_rehash, __sglang_record_differs, __sglang_patch_differs).
+PATCH = ("conn_missing", "conn", "record")
+# Where the sim mode's .pth file goes in the venv's site-packages.
+PTH = "pdfleet-runtime.pth"
 
 
 def _file(path: str) -> dict | None:
@@ -77,6 +91,72 @@ def _wheels_bad(purelib: str, dists: dict, names: list) -> str:
     return ""
 
 
+def _state(want: dict) -> dict:
+    """The {content, mode, owner, group} of a wanted file's state (the probe's _file reports the same keys)."""
+    return {key: want[key] for key in ("content", "mode", "owner", "group")}
+
+
+def record_content(fields: dict, purelib: str, conn_file: str) -> str:
+    """The record's text as tasks/patch.yml writes it: the wanted fields and the file (conn.py's path in the venv)
+    as Ansible's to_nice_json(sort_keys=true) prints them, and a newline."""
+    record = dict(fields, file=f"{purelib}/{conn_file}")
+    return json.dumps(record, indent=4, sort_keys=True, separators=(",", ": ")) + "\n"
+
+
+def sim_missing(cfg: dict, found: dict) -> list[str]:
+    """The pins of want.sim not installed, normalised as dists_of names the installed ones (pin_key), in order; empty
+    without "want" or outside sim mode."""
+    want = cfg.get("want")
+    if not want or want["install_mode"] != "sim":
+        return []
+    return [pin for pin in map(pin_key, want["sim"]) if pin not in found["dists"]]
+
+
+def differs(cfg: dict, found: dict) -> dict[str, bool]:
+    """Which entries differ on the host (DIFFERS), from the settings' "want" and what the probe found:
+    debs        a prerequisite .deb is not installed
+    venv        sim mode, and there is no venv (no site-packages with a bin/python)
+    pypi_stack  pypi mode, and a pin of want.pypi (SGLang, the router) is not installed
+    pth         sim mode, and <site-packages>/pdfleet-runtime.pth is not want.pth (content, mode, owner, group)
+    sim_stack   sim mode, and a pin of want.sim is not installed (sim_missing)
+    sim_router  sim mode, and the router pin want.router is not installed
+    wheel       sim mode, and a sim wheel is not installed or a file of it is off its RECORD, or the marker file
+                (want.wheel_marker: path and state) is not the wanted one
+    Pins compare as dists_of names the installed distributions (pin_key)."""
+    want = cfg.get("want")
+    if not want:
+        return dict.fromkeys(DIFFERS, False)
+    sim, pypi = want["install_mode"] == "sim", want["install_mode"] == "pypi"
+    dists, files, purelib = set(found["dists"]), found["files"], found["purelib"]
+    marker = want["wheel_marker"]
+    wheel_stale = not found["wheel_ok"] or files.get(marker["path"]) != _state(marker)
+    return {"debs": len(found["debs_missing"]) > 0,
+            "venv": sim and not purelib,
+            "pypi_stack": pypi and any(pin_key(pin) not in dists for pin in want["pypi"]),
+            "pth": sim and files.get(f"{purelib}/{PTH}") != _state(want["pth"]),
+            "sim_stack": sim and len(sim_missing(cfg, found)) > 0,
+            "sim_router": sim and pin_key(want["router"]) not in dists,
+            "wheel": sim and wheel_stale}
+
+
+def patch_differs(cfg: dict, found: dict) -> dict[str, bool]:
+    """What the probe can tell of tasks/patch.yml's work (PATCH; the pip tasks of this run decide the rest, in
+    vars/main.yml):
+    conn_missing  conn.py was not hashed (no venv or no such file): it is hashed again after the install
+    conn          conn.py's sha256 is not want.conn_sha256 (the patched file, or the pristine one unpatched)
+    record        the record file (want.record: path, mode, owner, group and the fields) is not the wanted one:
+                  its content is record_content() of the fields and conn.py's path under the probe's site-packages"""
+    want = cfg.get("want")
+    if not want:
+        return dict.fromkeys(PATCH, False)
+    record = want["record"]
+    wanted = {"content": record_content(record["fields"], found["purelib"], cfg.get("conn_file", "")),
+              "mode": record["mode"], "owner": record["owner"], "group": record["group"]}
+    return {"conn_missing": found["conn_sha256"] == "",
+            "conn": found["conn_sha256"] != want["conn_sha256"],
+            "record": found["files"].get(record["path"]) != wanted}
+
+
 def main() -> None:
     cfg = json.loads(sys.stdin.readline())  # settings: one JSON line on stdin (pdfleet_probe)
     out = {"debs_missing": debs_missing(cfg.get("debs") or []), "purelib": "", "dists": [], "conn_sha256": "",
@@ -88,13 +168,17 @@ def main() -> None:
         out["dists"] = sorted(dists)
         out["wheel_bad"] = _wheels_bad(purelib, dists, cfg.get("wheel_dists") or [])
         out["wheel_ok"] = out["wheel_bad"] == ""
-        conn = os.path.join(purelib, cfg["conn_file"])
-        if os.path.isfile(conn):
+        conn = os.path.join(purelib, cfg.get("conn_file", ""))
+        if cfg.get("conn_file") and os.path.isfile(conn):
             out["conn_sha256"] = sha256_of(conn).hexdigest()
-        cfg["files"] = cfg.get("files", []) + [os.path.join(purelib, p) for p in cfg.get("purelib_files", [])]
+        cfg["files"] = cfg.get("files", []) + [f"{purelib}/{p}" for p in cfg.get("purelib_files", [])]
     out["files"] = {path: _file(path) for path in cfg.get("files", [])}
     out["python"] = _python(cfg, out["purelib"])
+    out["sim_missing"] = sim_missing(cfg, out)
+    out["differs"] = differs(cfg, out)
+    out["patch"] = patch_differs(cfg, out)
     print(json.dumps(out))
 
 
-main()
+if __name__ == "__main__":
+    main()
