@@ -18,10 +18,8 @@ def differs(cfg: dict, found: dict) -> dict[str, bool]:
     """Which entries differ on the host, from the settings (their "packages" are the wanted .debs; "want" holds
     install_mode and the pins "backend", the stand-in backend of sim mode, and "meta", the nixl package) and what the
     probe found ("packages" installed, "venv" there, "dists" as normalised "name==version"). Pins compare as
-    dists_of names them (pin_key). Settings without "want" (nothing asked of the role): nothing differs."""
-    want = cfg.get("want")
-    if not want:
-        return dict.fromkeys(DIFFERS, False)
+    dists_of names them (pin_key)."""
+    want = cfg["want"]
     dists = set(found["dists"])
     return {"packages": any(p not in found["packages"] for p in cfg.get("packages", [])),
             "venv": not found["venv"],
@@ -39,7 +37,8 @@ def main() -> None:
            "ucx": run([cfg["ucx_info"], "-d"]),
            "gpu_peers": {mode: run([cfg["nvidia_smi"], "topo", "-p2p", mode])
                          for mode in cfg.get("gpu_peer_modes", [])}}
-    out["differs"] = differs(cfg, out)
+    if "want" in cfg:  # without a wanted state there is no verdict (never a silent "nothing differs")
+        out["differs"] = differs(cfg, out)
     print(json.dumps(out))
 
 

@@ -106,8 +106,8 @@ def record_content(fields: dict, purelib: str, conn_file: str) -> str:
 def sim_missing(cfg: dict, found: dict) -> list[str]:
     """The pins of want.sim not installed, normalised as dists_of names the installed ones (pin_key), in order; empty
     without "want" or outside sim mode."""
-    want = cfg.get("want")
-    if not want or want["install_mode"] != "sim":
+    want = cfg["want"]
+    if want["install_mode"] != "sim":
         return []
     return [pin for pin in map(pin_key, want["sim"]) if pin not in found["dists"]]
 
@@ -123,9 +123,7 @@ def differs(cfg: dict, found: dict) -> dict[str, bool]:
     wheel       sim mode, and a sim wheel is not installed or a file of it is off its RECORD, or the marker file
                 (want.wheel_marker: path and state) is not the wanted one
     Pins compare as dists_of names the installed distributions (pin_key)."""
-    want = cfg.get("want")
-    if not want:
-        return dict.fromkeys(DIFFERS, False)
+    want = cfg["want"]
     sim, pypi = want["install_mode"] == "sim", want["install_mode"] == "pypi"
     dists, files, purelib = set(found["dists"]), found["files"], found["purelib"]
     marker = want["wheel_marker"]
@@ -146,9 +144,7 @@ def patch_differs(cfg: dict, found: dict) -> dict[str, bool]:
     conn          conn.py's sha256 is not want.conn_sha256 (the patched file, or the pristine one unpatched)
     record        the record file (want.record: path, mode, owner, group and the fields) is not the wanted one:
                   its content is record_content() of the fields and conn.py's path under the probe's site-packages"""
-    want = cfg.get("want")
-    if not want:
-        return dict.fromkeys(PATCH, False)
+    want = cfg["want"]
     record = want["record"]
     wanted = {"content": record_content(record["fields"], found["purelib"], cfg.get("conn_file", "")),
               "mode": record["mode"], "owner": record["owner"], "group": record["group"]}
@@ -174,9 +170,10 @@ def main() -> None:
         cfg["files"] = cfg.get("files", []) + [f"{purelib}/{p}" for p in cfg.get("purelib_files", [])]
     out["files"] = {path: _file(path) for path in cfg.get("files", [])}
     out["python"] = _python(cfg, out["purelib"])
-    out["sim_missing"] = sim_missing(cfg, out)
-    out["differs"] = differs(cfg, out)
-    out["patch"] = patch_differs(cfg, out)
+    if "want" in cfg:  # without a wanted state (the entry point `python`) there is no verdict, never a silent one
+        out["sim_missing"] = sim_missing(cfg, out)
+        out["differs"] = differs(cfg, out)
+        out["patch"] = patch_differs(cfg, out)
     print(json.dumps(out))
 
 
