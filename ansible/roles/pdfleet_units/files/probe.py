@@ -8,6 +8,10 @@ pdfleet.prune reads). A converged host costs one round trip and the role's tasks
 "stale" names each active unit that started before one of its paths (settings "stale_paths": {unit: [globs]}: its
 files and the code it runs) last changed: the restart of a run stopped after a change but before its handler ran,
 still owed. Every key of the settings is optional. Changes nothing.
+
+"differs" ({entry: bool}, the entries of DIFFERS) is what of the install differs from the settings' "want" (the
+service user, the directories' and files' states, whether the units start and restart on a change), decided here by
+differs(); each entry gates the install (tasks/install.yml). Without "want" (the prune alone) every entry is false.
 """
 
 import base64
@@ -22,6 +26,11 @@ from pdfleet_probe_common import group_of, stat_of, user_of
 # A file written within this many seconds after a unit started does not make it stale (systemd's unix timestamps
 # are whole seconds; a converge writes every file before its restart handler runs).
 STALE_MARGIN_S = 2.0
+
+# The entries of "differs" (the role's __pdfleet_units_differs), each one gate of the install.
+DIFFERS = ("group", "user", "dirs", "files", "stale", "running")
+# A started unit's state: enabled and active.
+RUNNING = {"enabled": "enabled", "active": "active"}
 
 
 def _show(units: list[str]) -> dict[str, dict[str, str]]:
@@ -78,6 +87,32 @@ def _unit_files(unit_dir: str, pattern: str, planned: list[str]) -> dict:
     return {"present": names, "unplanned": unplanned}
 
 
+def differs(cfg: dict, found: dict) -> dict[str, bool]:
+    """What of the install differs on the host: {entry: bool} for each of DIFFERS, from the settings' "want" and what
+    the probe found (no I/O). All false without "want" (a probe for the prune alone).
+
+    group: the service group is missing. user: the service user is missing or not as wanted (its primary group,
+    shell, home, or one of the wanted supplementary groups missing). dirs, files: a managed directory's or file's
+    state (mode, owner, group; files also sha256) is not the wanted one, or it is missing. stale: a unit started
+    before its files or code last changed (when units start and restart on a change). running: a unit is not
+    enabled and active (when units start).
+    """
+    want = cfg.get("want")
+    if not want:
+        return dict.fromkeys(DIFFERS, False)
+    user, want_user = found["user"], want["user"]
+    return {
+        "group": found["group"] is None,
+        "user": (user is None or user["group"] != want_user["group"]
+                 or any(g not in user["groups"] for g in want_user["groups"])
+                 or user["shell"] != want_user["shell"] or user["home"] != want_user["home"]),
+        "dirs": found["dirs"] != want["dirs"],
+        "files": found["files"] != want["files"],
+        "stale": bool(want["start"] and want["restart_on_change"] and found["stale"]),
+        "running": bool(want["start"]) and any(state != RUNNING for state in found["units"].values()),
+    }
+
+
 def main() -> None:
     cfg = json.loads(sys.stdin.readline())  # settings: one JSON line on stdin (pdfleet_probe)
     out: dict = {"user": user_of(cfg["user"]) if cfg.get("user") else None,
@@ -90,7 +125,9 @@ def main() -> None:
     out["stale"] = _stale(shown, cfg.get("stale_paths", {}))
     if "unit_dir" in cfg:
         out.update(_unit_files(cfg["unit_dir"], cfg["unit_glob"], cfg.get("planned", [])))
+    out["differs"] = differs(cfg, out)
     print(json.dumps(out))
 
 
-main()
+if __name__ == "__main__":
+    main()
