@@ -121,12 +121,11 @@ def test_stale_and_running_count_only_when_units_start_and_restart(probe: Module
     assert not probe.differs(cfg, found)["stale"] and probe.differs(cfg, found)["running"]
 
 
-def test_without_a_wanted_install_nothing_differs(probe: ModuleType) -> None:
-    """The probe for the prune alone (no contexts: no "want") finds no user or group, and still nothing of an
-    install to do."""
-    found = {"group": None, "user": None, "dirs": {}, "files": {}, "units": {}, "stale": {}}
-    assert probe.differs({"unit_dir": "/x", "unit_glob": "pdfleet-*.service"}, found) == dict.fromkeys(
-        probe.DIFFERS, False)
+def test_without_a_wanted_install_there_is_no_verdict(tmp_path: Path) -> None:
+    """The probe for the prune alone (no contexts: no "want") says nothing of an install (no silent "nothing
+    differs")."""
+    out = run_probe("pdfleet_units", {"unit_dir": str(tmp_path), "unit_glob": "pdfleet-*.service", "planned": []})
+    assert "differs" not in out and out["present"] == []
 
 
 def _fake_systemctl(bin_dir: Path, started: int, enabled: str = "enabled") -> None:

@@ -170,10 +170,6 @@ def test_pins_are_compared_as_the_venv_names_them(probe: ModuleType) -> None:
     assert probe.differs(cfg, _converged(cfg))["pins"]
 
 
-def test_without_a_want_nothing_differs(probe: ModuleType) -> None:
-    assert probe.differs({}, {}) == dict.fromkeys(probe.DIFFERS, False)
-
-
 def test_the_whole_probe_reports_differs_of_what_it_found(probe: ModuleType, tmp_path: Path) -> None:
     """Run whole on tmp_path: the wheel in the venv and its marker as wanted (wheel false), then a hand edit of an
     installed file and a marker of another wheel (wheel true); the pins against the venv's distributions."""

@@ -97,9 +97,7 @@ def differs(cfg: dict, found: dict) -> dict[str, bool]:
     before its files or code last changed (when units start and restart on a change). running: a unit is not
     enabled and active (when units start).
     """
-    want = cfg.get("want")
-    if not want:
-        return dict.fromkeys(DIFFERS, False)
+    want = cfg["want"]
     user, want_user = found["user"], want["user"]
     return {
         "group": found["group"] is None,
@@ -125,7 +123,8 @@ def main() -> None:
     out["stale"] = _stale(shown, cfg.get("stale_paths", {}))
     if "unit_dir" in cfg:
         out.update(_unit_files(cfg["unit_dir"], cfg["unit_glob"], cfg.get("planned", [])))
-    out["differs"] = differs(cfg, out)
+    if "want" in cfg:  # without a wanted state there is no verdict (never a silent "nothing differs")
+        out["differs"] = differs(cfg, out)
     print(json.dumps(out))
 
 

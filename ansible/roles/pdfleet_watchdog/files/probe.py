@@ -56,9 +56,7 @@ def differs(cfg: dict, found: dict) -> dict[str, bool]:
     package tree of earlier releases is there. polkit: in restart remediation, the polkit rule is not as wanted;
     polkit_gone: in any other remediation, a polkit rule is there. running: the unit is not enabled and active.
     """
-    want = cfg.get("want")
-    if not want:
-        return dict.fromkeys(DIFFERS, False)
+    want = cfg["want"]
     paths, files, exists = want["paths"], found["files"], found["exists"]
     user, want_user = found["user"], want["user"]
     restart = want["remediation"] == "restart"
@@ -100,7 +98,8 @@ def main() -> None:
         if dist.startswith("pdfleet=="):
             out["wheel_bad"] = record_bad(purelib, entry)
     out["unit"] = unit_state(cfg["unit"])
-    out["differs"] = differs(cfg, out)
+    if "want" in cfg:  # without a wanted state there is no verdict (never a silent "nothing differs")
+        out["differs"] = differs(cfg, out)
     print(json.dumps(out))
 
 
