@@ -5,18 +5,18 @@ Vault-encrypted files (`--vault-password-file`, `--vault-id`, `ANSIBLE_VAULT_PAS
 playbook run, because the same InventoryManager, VariableManager and Templar do the work. Only inventory-level
 variables exist here (no facts, no play vars): that is what the planner and the connection settings need.
 
-`Inventory.connection(host)` is the one place that says how to reach a host (address, port, user, key, SSH
-options); `pdfleet.remote`, the journal reader and conformance all use it.
+`connection_from_vars` is the one reading of Ansible's connection variables (address, port, user, key, SSH
+options): `Inventory.connection(host)` for `pdfleet.remote`, the journal reader and conformance, and the
+pdfleet_connections filter for plays (hostvars, Vault already opened).
 
-This module's one job is loading: the command-line flags that name an inventory are `pdfleet.inventory_flags`,
-and reading connection settings from inside an Ansible module is `pdfleet.inventory_child`.
+This module's one job is loading: the command-line flags that name an inventory are `pdfleet.inventory_flags`.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -359,28 +359,38 @@ class Inventory:
     # ----- connection ---------------------------------------------------------------------------
     def connection(self, host: str) -> HostConnection:
         """How to reach `host`: Ansible's connection variables, with ansible.cfg's defaults."""
-        from ansible import constants as C
-
-        def get(name: str) -> str | None:
-            value = self.var(host, name)
-            return None if value in (None, "") else str(value)
-
-        port = get("ansible_port") or get("ansible_ssh_port")
         try:
-            port_number = int(port) if port else None
-        except ValueError:
-            raise InventoryError(f"{self.source.describe()}: host {host}: ansible_port {port!r} is not a "
-                                 "number") from None
-        user = get("ansible_user") or get("ansible_ssh_user") or (C.DEFAULT_REMOTE_USER or None)
-        key = get("ansible_ssh_private_key_file") or get("ansible_private_key_file") or (C.DEFAULT_PRIVATE_KEY_FILE
-                                                                                          or None)
-        args: list[str] = []
-        for name in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
-            text = get(name)
-            if text:
-                args += shlex.split(text)
-        return HostConnection(name=host, address=self.hosts[host], port=port_number, user=user,
-                              key_file=str(key) if key else None, ssh_args=tuple(args))
+            return connection_from_vars(host, self.hosts[host], lambda name: self.var(host, name))
+        except ValueError as e:
+            raise InventoryError(f"{self.source.describe()}: {e}") from None
+
+
+def connection_from_vars(host: str, address: str, var: Callable[[str], object]) -> HostConnection:
+    """How Ansible's ssh connection reaches `host` (at ``address``, its ansible_host) from its variables (``var``:
+    name -> value, templated) and ansible.cfg's defaults: the one reading of Ansible's connection variables, for
+    the inventory (`Inventory.connection`) and for plays (the pdfleet_connections filter: hostvars, Vault opened).
+    ValueError for a port that is not a number."""
+    from ansible import constants as C
+
+    def get(name: str) -> str | None:
+        value = var(name)
+        return None if value in (None, "") else str(value)
+
+    port = get("ansible_port") or get("ansible_ssh_port")
+    try:
+        port_number = int(port) if port else None
+    except ValueError:
+        raise ValueError(f"host {host}: ansible_port {port!r} is not a number") from None
+    user = get("ansible_user") or get("ansible_ssh_user") or (C.DEFAULT_REMOTE_USER or None)
+    key = get("ansible_ssh_private_key_file") or get("ansible_private_key_file") or (C.DEFAULT_PRIVATE_KEY_FILE
+                                                                                      or None)
+    args: list[str] = []
+    for name in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        text = get(name)
+        if text:
+            args += shlex.split(text)
+    return HostConnection(name=host, address=address, port=port_number, user=user,
+                          key_file=str(key) if key else None, ssh_args=tuple(args))
 
 
 def load_inventory(source: InventorySource | str | Path | Sequence[str | Path]) -> Inventory:

@@ -90,22 +90,20 @@ def test_fleet_gate_refuses_when_too_few_pairs_serve(local_pd: LocalPD, tmp_path
     assert out["failed"] is True and "only 0 other pair(s) serve" in out["msg"], out
 
 
-def test_pair_gate_reads_journals_through_the_inventory(local_pd: LocalPD, tmp_path: Path) -> None:
-    """pdfleet_pair_gate with an inventory loads it with ansible-core's controller code, which cannot be
-    imported inside the module's AnsiballZ payload: the hosts' connection settings are read by a child
-    interpreter (pdfleet.inventory_child.connections_in_child). Here the pair's host is in an inventory whose SSH port
-    refuses: the protocol runs and the logs check names the SSH failure, never an import error from the payload."""
+def test_pair_gate_reads_journals_over_the_connections_it_is_given(local_pd: LocalPD, tmp_path: Path) -> None:
+    """pdfleet_pair_gate reads the journals over SSH with the connection settings the play hands it (the
+    pdfleet_connections filter over hostvars: tests/fleet/test_gate_connections.py), never by loading the inventory
+    again. Here the pair's host refuses SSH: the protocol runs and the logs check names the SSH failure."""
     pd = local_pd
-    inv = tmp_path / "inv"
-    inv.mkdir()
-    (inv / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"node1": {
-        "ansible_host": "127.0.0.1", "ansible_port": 1, "ansible_user": "nobody"}}}}))
     pair = _pair(pd)
     for m in pair["members"]:
         m["host"] = "node1"
+    connections = {"node1": {"name": "node1", "address": "127.0.0.1", "port": 1, "user": "nobody", "key_file": None,
+                             "ssh_args": []}}
     report = tmp_path / "gate.json"
-    out = _module("pdfleet_pair_gate", {"pair": pair, "model": pd.model, "inventory": str(inv), "report": str(report),
-                                        "settings": {"concurrency": 8, "window_s": 2.0}}, tmp_path)
+    out = _module("pdfleet_pair_gate", {"pair": pair, "model": pd.model, "connections": connections,
+                                        "report": str(report), "settings": {"concurrency": 8, "window_s": 2.0}},
+                  tmp_path)
     assert out.get("failed") is True, out  # the journals cannot be read: the gate cannot pass
     logs = next(f for f in out["gate"]["failures"] if f["check"] == "logs")
     problems = " ".join(logs["problems"]) if "problems" in logs else json.dumps(logs)

@@ -18,7 +18,11 @@ options:
   model: {description: "The served model name the workers must report.", type: str}
   sglang_version: {description: "The SGLang version the workers must report.", type: str}
   settings: {description: Overrides of gate_settings (verify Settings fields)., type: dict, default: {}}
-  inventory: {description: "Inventory, to read the journals over SSH (none = no scan).", type: path}
+  connections:
+    description:
+      - How to reach the pair's hosts over SSH for the journal scan (host -> name, address, port, user, key_file,
+        ssh_args), from the play's hostvars with the pdfleet_connections filter (Vault already opened); none = no scan.
+    type: dict
   report: {description: "Write the protocol's JSON report here.", type: path}
 """
 
@@ -28,7 +32,7 @@ EXAMPLES = r"""
     pair: "{{ pdfleet_rollout.actions[inventory_hostname].pair }}"
     model: "{{ pdfleet_plan.model.served_name or pdfleet_plan.model.name }}"
     sglang_version: "{{ pdfleet_plan.sglang.version }}"
-    inventory: "{{ ansible_inventory_sources[0] }}"
+    connections: "{{ [inventory_hostname] | pdfleet.cluster.pdfleet_connections(hostvars) }}"
   delegate_to: localhost
 """
 
@@ -50,8 +54,7 @@ from ansible_collections.pdfleet.cluster.plugins.module_utils.pdfleet_module imp
 
 with PdfleetImports() as IMPORTS:
     from pdfleet import fleet
-    from pdfleet.errors import InventoryError
-    from pdfleet.inventory_child import connections_in_child
+    from pdfleet.inventory import HostConnection
     from pdfleet.verify.logs import SSHJournalLogs
 
 
@@ -61,7 +64,7 @@ def main() -> None:
         "model": {"type": "str"},
         "sglang_version": {"type": "str"},
         "settings": {"type": "dict", "default": {}},
-        "inventory": {"type": "path"},
+        "connections": {"type": "dict"},
         "report": {"type": "path"},
     }, IMPORTS)
     p = module.params
@@ -75,14 +78,14 @@ def main() -> None:
     except TypeError as e:
         module.fail_json(msg=f"{pair.host}: bad gate setting ({e}); see pdfleet verify --help for the names")
     logs = None
-    if p["inventory"]:
-        # ansible-core's inventory cannot be loaded inside a module (the payload's partial `ansible` package
-        # shadows it): the hosts' connection settings are read by a child interpreter
-        try:
-            hosts = connections_in_child(p["inventory"], sorted({m.host for m in pair.members if m.host}))
-        except InventoryError as e:
-            module.fail_json(msg=f"{pair.host}: gate not run: {e}", started=started, finished=time.time())
-        logs = SSHJournalLogs(Path(p["inventory"]), hosts=hosts)
+    if p["connections"]:
+        hosts = {h: HostConnection(**{**c, "ssh_args": tuple(c.get("ssh_args") or ())})
+                 for h, c in p["connections"].items()}
+        missing = sorted({m.host for m in pair.members if m.host} - set(hosts))
+        if missing:
+            module.fail_json(msg=f"{pair.host}: gate not run: no connection settings for {', '.join(missing)}",
+                             started=started, finished=time.time())
+        logs = SSHJournalLogs(Path("."), hosts=hosts)
     out = io.StringIO()
     res = fleet.isolated_gate(pair, settings, logs, model=p["model"], sglang_version=p["sglang_version"], out=out)
     if p["report"]:

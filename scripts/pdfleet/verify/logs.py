@@ -107,7 +107,7 @@ class JournalDirLogs:
 @dataclass
 class SSHJournalLogs:
     """journald of each worker's unit on its host, over SSH (fabric), reached as the inventory says
-    (``hosts``: connection settings already read, e.g. by ``pdfleet.inventory_child.connections_in_child``)."""
+    (``hosts``: connection settings already read, e.g. by the play's pdfleet_connections filter)."""
 
     inventory: InventorySource
     since_epoch: float = 0.0
