@@ -17,16 +17,16 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from pdfleet import fleet
 from pdfleet.errors import PdfleetError
-from pdfleet.inventory import load_inventory
+from pdfleet.inventory import InventorySource, load_inventory
+from pdfleet.inventory_flags import add_inventory_arguments, source_from_args
 from pdfleet.inventory_plan import plan_inventory
 from pdfleet.ops import tasks
 from pdfleet.ops.restart import RestartSteps, restart_pair
 from pdfleet.ops.tasks import FAILED, OK, HostLine
-from pdfleet.paths import DEFAULT_INVENTORY, REPO_ROOT
+from pdfleet.paths import REPO_ROOT
 from pdfleet.planner import Plan
 from pdfleet.remote import connection_for, run
 from pdfleet.watchdog.actions import FleetActions
@@ -36,8 +36,8 @@ class OpsUsageError(PdfleetError):
     """Bad arguments for `pdfleet ops` (exit 2)."""
 
 
-def _runner(inventory: Path) -> tasks.Runner:
-    inv = load_inventory(inventory)
+def _runner(source: InventorySource) -> tasks.Runner:
+    inv = load_inventory(source)
     return lambda host, command: run(connection_for(inv, host), command, timeout=120)
 
 
@@ -59,7 +59,8 @@ def _with_plan(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
     """Plan the inventory once before the command (a bad inventory: exit 2 with the planner's message)."""
 
     def wrapped(args: argparse.Namespace) -> int:
-        args.plan = plan_inventory(args.inventory)
+        args.source = source_from_args(args)
+        args.plan = plan_inventory(args.source)
         return func(args)
 
     return wrapped
@@ -68,7 +69,7 @@ def _with_plan(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
 def _pair(args: argparse.Namespace, name: str) -> fleet.Pair:
     pairs = fleet.pairs_from_plan(args.plan)
     if name not in pairs:
-        raise OpsUsageError(f"{args.inventory}: no pair on host {name!r} (pairs: {', '.join(pairs)})")
+        raise OpsUsageError(f"{args.source.describe()}: no pair on host {name!r} (pairs: {', '.join(pairs)})")
     return pairs[name]
 
 
@@ -83,13 +84,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"router: FAIL: {e}", file=sys.stderr)
         urls = None
     last = tasks.latest_verification(REPO_ROOT / "reports")
-    return _print(tasks.status(args.plan, _runner(args.inventory), urls, last), args.json)
+    return _print(tasks.status(args.plan, _runner(args.source), urls, last), args.json)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    found = tasks.logs(args.plan, _runner(args.inventory), args.unit, args.since)
+    found = tasks.logs(args.plan, _runner(args.source), args.unit, args.since)
     if not found:
-        raise OpsUsageError(f"{args.inventory}: no host runs unit {args.unit!r}")
+        raise OpsUsageError(f"{args.source.describe()}: no host runs unit {args.unit!r}")
     for line, text in found:
         for entry in text.splitlines():
             print(f"{line.host}: {entry}")
@@ -129,7 +130,7 @@ def cmd_undrain(args: argparse.Namespace) -> int:
 def cmd_restart(args: argparse.Namespace) -> int:
     pair = _pair(args, args.pair)
     router = _router(args.plan)
-    runner = _runner(args.inventory)
+    runner = _runner(args.source)
     steps = RestartSteps(
         drain=lambda p: fleet.drain(router, p, args.timeout),
         actions=lambda run: FleetActions(router, _model(args), args.plan.sglang.get("version"), run, run,
@@ -144,7 +145,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = p.add_subparsers(dest="ops_command", required=True)
 
     def common(q: argparse.ArgumentParser) -> None:
-        q.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY, help="(default inventory/sim)")
+        add_inventory_arguments(q)
         q.add_argument("--json", action="store_true", help="machine-readable")
 
     q = sub.add_parser("status", help="per host: units, versions, patch, router membership, watchdog, verification")
