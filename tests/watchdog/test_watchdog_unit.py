@@ -16,7 +16,7 @@ from pdfleet.watchdog.loop import Config, Watchdog
 from pdfleet.watchdog.metrics import WatchdogMetrics
 from pdfleet.watchdog.observe import PairObserver, Probes, Unreachable
 from pdfleet.watchdog.progress import StallDetector
-from pdfleet.watchdog.remediate import Remediator
+from pdfleet.watchdog.remediate import Decision, Remediator
 from pdfleet.watchdog.state import Observation, PairTracker, State
 from prometheus_client import generate_latest
 
@@ -473,3 +473,93 @@ def test_a_busy_canary_is_not_excused_past_the_stall_window() -> None:
         tracker.update(obs, at)
         states.append(tracker.state)
     assert states == [State.DEGRADED, State.WEDGED]
+
+
+# --- remediation's intent survives the watchdog's own death ----------------------------------------------------
+
+def test_the_intent_is_on_disk_before_the_pair_leaves_the_router_and_cleared_after() -> None:
+    trackers, pairs, urls = _fleet({"a": State.WEDGED, "b": State.OK})
+    written: list[dict | None] = []
+    actions = FakeActions(set(urls))
+    r = Remediator("restart", 3, actions, log=lambda m: None)
+    r.persist = lambda: written.append(json.loads(json.dumps(r.to_dict()))["intent"])
+    real_remove = actions.remove
+
+    def remove(pair: fleet.Pair) -> list[fleet.WorkerSpec]:
+        assert written and written[-1] is not None and written[-1]["host"] == "a", written  # intent first
+        return real_remove(pair)
+
+    actions.remove = remove  # type: ignore[method-assign]
+    r.act(r.decide("a", trackers, pairs, urls), pairs["a"], background=False)
+    assert written[0]["action"] == "restart" and written[-1] is None and r.intent is None
+
+
+def test_a_watchdog_that_died_mid_remediation_is_finished_by_the_next_process() -> None:
+    """The bad case: the process stops after taking the pair out; without the intent the next process sees the
+    pair OK (it was restarted or is fine) and never puts it back: capacity lost silently."""
+    trackers, pairs, urls = _fleet({"a": State.WEDGED, "b": State.OK})
+    actions = FakeActions(set(urls))
+    dying = Remediator("restart", 3, actions, log=lambda m: None)
+    docs: list[dict] = []
+    dying.persist = lambda: docs.append(json.loads(json.dumps({"remediation": dying.to_dict()})))
+    actions.restart = lambda pair: (_ for _ in ()).throw(SystemExit("killed"))  # type: ignore[method-assign]
+    with pytest.raises(SystemExit):
+        dying.act(dying.decide("a", trackers, pairs, urls), pairs["a"], background=False)
+    last_on_disk = next(d for d in reversed(docs) if d["remediation"]["intent"] is not None)
+    assert not set(pairs["a"].urls) & actions.members  # the pair is out of the router
+    trackers["a"].state = State.OK  # the next process finds it OK: nothing would ever put it back
+    fresh_actions = FakeActions(actions.members)
+    fresh = Remediator("restart", 3, fresh_actions, log=lambda m: None)
+    fresh.restore(last_on_disk, pairs)
+    assert fresh.pending is not None and fresh.decide("a", trackers, pairs, fresh_actions.members).action == "none"
+    decision = fresh.resume(pairs)
+    assert decision is not None and "previous watchdog process" in decision.reason
+    fresh.join(10)
+    assert fresh_actions.calls == ["remove a", "restart a", "gate a", "readd a"]
+    assert set(pairs["a"].urls) <= fresh_actions.members and fresh.intent is None and fresh.pending is None
+
+
+def test_an_interrupted_leave_out_stays_out_and_a_pair_no_longer_planned_is_dropped() -> None:
+    _, pairs, urls = _fleet({"a": State.WEDGED, "b": State.OK})
+    actions = FakeActions(set(urls))
+    r = Remediator("restart", 3, actions, log=lambda m: None)
+    r.restore({"remediation": {"intent": {"host": "a", "action": "leave_out", "started": 1.0}}}, pairs)
+    assert r.resume(pairs) is not None
+    r.join(10)
+    assert actions.calls == ["remove a"] and "a" in r.left_out
+    gone = Remediator("restart", 3, FakeActions(set(urls)), log=lambda m: None)
+    gone.restore({"remediation": {"intent": {"host": "z", "action": "restart", "started": 1.0}}}, pairs)
+    assert gone.pending is None and gone.resume(pairs) is None
+
+
+def test_the_loop_writes_the_intent_at_once_and_a_new_process_resumes_it_on_its_first_round(tmp_path: Path) -> None:
+    now = [0.0]
+    cluster = FakeCluster()
+    pairs = {"a": _pair("a"), "b": _pair("b")}
+    state_file = tmp_path / "state.json"
+    urls = {u for p in pairs.values() for u in p.urls}
+    actions = FakeActions(set(urls))
+    seen_on_disk: list[dict] = []
+    real_remove = actions.remove
+
+    def remove(pair: fleet.Pair) -> list[fleet.WorkerSpec]:
+        seen_on_disk.append(json.loads(state_file.read_text())["remediation"]["intent"])
+        return real_remove(pair)
+
+    actions.remove = remove  # type: ignore[method-assign]
+    first = Watchdog(pairs, "m", Config(state_file=state_file), None, Remediator("restart", 3, actions), None,
+                     cluster.probes(), clock=lambda: now[0], log=lambda m: None)
+    first.remediator.act(Decision("a", "restart", "test"), pairs["a"], background=False)
+    assert [(i["host"], i["action"]) for i in seen_on_disk] == [("a", "restart")]
+    # a process that died mid-remediation left this behind; the next one finishes it on its first round
+    doc = json.loads(state_file.read_text())
+    doc["remediation"]["intent"] = {"host": "b", "action": "restart", "started": 5.0}
+    fresh_actions = FakeActions(set(urls) - set(pairs["b"].urls))
+    fresh = Watchdog(pairs, "m", Config(state_file=state_file), None,
+                     Remediator("restart", 3, fresh_actions, log=lambda m: None), None, cluster.probes(),
+                     clock=lambda: now[0], log=lambda m: None)
+    fresh.remediator.restore(doc, pairs)
+    fresh.round()
+    fresh.remediator.join(10)
+    assert fresh_actions.calls == ["remove b", "restart b", "gate b", "readd b"]
+    assert json.loads(state_file.read_text())["remediation"]["intent"] is None

@@ -61,6 +61,10 @@ class Watchdog:
     rounds: int = 0
 
     def __post_init__(self) -> None:
+        self._router_seen: set[str] | None = None
+        self._write_lock = threading.Lock()  # the loop and the remediation thread both write the state file
+        if self.config.state_file is not None and self.remediator.persist is None:
+            self.remediator.persist = self.persist
         for host, pair in self.pairs.items():
             self.trackers[host] = PairTracker(host, self.config.failures_to_wedge)
             self.observers[host] = PairObserver(pair, self.model, self.config.canary_deadline_s,
@@ -88,7 +92,10 @@ class Watchdog:
         # round's start: that is when the watchdog knows, and what time-to-detect must be measured against.
         known = self.clock()
         router_urls = self._router_urls()
+        self._router_seen = router_urls
         self.remediator.reconcile(router_urls, self.pairs)
+        if self.remediator.pending is not None:
+            self.remediator.resume(self.pairs)
         changes = []
         for host, obs in observed.items():
             t = self.trackers[host].update(obs, known)
@@ -118,8 +125,15 @@ class Watchdog:
             self.metrics.update_remediations(self.remediator.counts)
             self.metrics.last_round.set(known)
         if self.config.state_file is not None:
-            write_state(self.config.state_file, self.document(known, router_urls))
+            with self._write_lock:
+                write_state(self.config.state_file, self.document(known, router_urls))
         return changes
+
+    def persist(self) -> None:
+        """Write the state file now (remediation's intent must be on disk before a pair leaves the router)."""
+        if self.config.state_file is not None:
+            with self._write_lock:
+                write_state(self.config.state_file, self.document(self.clock(), self._router_seen))
 
     def document(self, now: float, router_urls: set[str] | None) -> dict[str, Any]:
         pairs = {}

@@ -17,7 +17,12 @@ The rules, checked before anything is touched (``Remediator.decide``, pure, test
 
 What remediation knows outlives the process: the restart times of the last hour and the pairs left out are in
 the state file, and a restarted watchdog takes them back (``restore``), so a restart of the watchdog neither
-resets the restart limit nor puts a broken pair back. A left-out pair that a person put back into the router
+resets the restart limit nor puts a broken pair back. Its intent too: before a pair is taken out of the router,
+the remediation under way (host, action, start) is written to the state file at once (``persist``), and cleared
+when it ends. A watchdog stopped in between (a deploy restarts it, the host reboots) leaves the intent behind, and
+the next process finishes it first (``resume``): a restart is run again from the start (out of the router,
+restart, gate, back in), a leave-out takes the pair out again and leaves it out, so a pair is never left out of
+the router by a remediation nobody finishes. A left-out pair that a person put back into the router
 (``pdfleet ops undrain``) is watched and acted on again from the next round (``reconcile``).
 """
 
@@ -69,6 +74,9 @@ class Remediator:
     left_out: set[str] = field(default_factory=set)
     counts: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (host, action, result)
     last: dict[str, Decision] = field(default_factory=dict)
+    persist: Callable[[], None] | None = None  # writes the state file now (the watchdog's)
+    intent: dict[str, Any] | None = None  # the remediation under way: {host, action, started}
+    pending: dict[str, Any] | None = None  # an intent a previous process left unfinished (restore -> resume)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
 
@@ -120,6 +128,8 @@ class Remediator:
             self.busy = decision.host
         if decision.action == "restart":
             self.restarts.setdefault(decision.host, []).append(self.clock())
+        self.intent = {"host": decision.host, "action": decision.action, "started": self.clock()}
+        self._persist()  # on disk before the pair leaves the router
         if background:
             self._thread = threading.Thread(target=self._run, args=(decision, pair), daemon=True,
                                             name=f"remediate-{decision.host}")
@@ -163,7 +173,41 @@ class Remediator:
             self.log(f"{host}: {action} failed, left out of the router: {e}")
         finally:
             self.counts[(host, action, result)] += 1
+            self.intent = None
             self.busy = None
+            self._persist()
+
+    def _persist(self) -> None:
+        if self.persist is not None:
+            try:
+                self.persist()
+            except OSError as e:  # a full disk must not stop the remediation itself; say it
+                self.log(f"state file not written: {e}")
+
+    def resume(self, pairs: Mapping[str, fleet.Pair]) -> Decision | None:
+        """Finish the remediation a previous watchdog process began and did not end (``pending``, from its state
+        file): run it again from the start, in the background. None when there is none (or its pair is no longer
+        planned)."""
+        pending, self.pending = self.pending, None
+        if not pending or pending.get("host") not in pairs or pending.get("action") not in ("restart", "leave_out"):
+            return None
+        host = str(pending["host"])
+        decision = Decision(host, str(pending["action"]),
+                            f"finishing the {pending['action']} a previous watchdog process began at "
+                            f"{pending.get('started')} and did not end")
+        self.log(f"{host}: remediation: {decision.action}: {decision.reason}")
+        self.last[host] = decision
+        with self._lock:
+            if self.busy is not None:
+                self.pending = pending
+                return None
+            self.busy = host
+        self.intent = dict(pending)
+        self._persist()
+        self._thread = threading.Thread(target=self._run, args=(decision, pairs[host]), daemon=True,
+                                        name=f"remediate-{host}")
+        self._thread.start()
+        return decision
 
     def reconcile(self, router_urls: set[str] | None, pairs: Mapping[str, fleet.Pair]) -> list[str]:
         """Forget "left out" for pairs a person put back into the router (every worker listed again); the hosts
@@ -194,12 +238,18 @@ class Remediator:
         left = known.get("left_out")
         if isinstance(left, list):
             self.left_out |= {h for h in left if isinstance(h, str) and h in pairs}
+        intent = known.get("intent")
+        if isinstance(intent, dict) and intent.get("host") in pairs:
+            self.pending = intent
+            self.log(f"{intent['host']}: the previous watchdog process stopped during its {intent.get('action')}: "
+                     "finishing it first")
         if self.left_out or self.restarts:
             self.log(f"remediation restored from the previous run: left out {sorted(self.left_out) or 'none'}, "
                      f"restarts in the last hour {({h: len(t) for h, t in sorted(self.restarts.items())})}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "max_restarts_per_hour": self.max_restarts_per_hour, "busy": self.busy,
+                "intent": self.intent,
                 "left_out": sorted(self.left_out),
                 "restarts_last_hour": {h: self.recent_restarts(h) for h in self.restarts},
                 "restart_times": {h: list(t) for h, t in sorted(self.restarts.items()) if t},
