@@ -563,3 +563,16 @@ def test_the_loop_writes_the_intent_at_once_and_a_new_process_resumes_it_on_its_
     fresh.remediator.join(10)
     assert fresh_actions.calls == ["remove b", "restart b", "gate b", "readd b"]
     assert json.loads(state_file.read_text())["remediation"]["intent"] is None
+
+
+def test_a_pair_someone_else_drained_is_never_restarted_or_put_back() -> None:
+    """The bad case: a rollout (or ops drain) took the pair out; a watchdog that restarted and re-added it would
+    put a half-upgraded pair back in front of users."""
+    trackers, pairs, urls = _fleet({"a": State.WEDGED, "b": State.OK, "c": State.OK})
+    actions = FakeActions(urls - set(pairs["a"].urls))  # drained by the rollout
+    r = Remediator("restart", 3, actions, log=lambda m: None)
+    d = r.decide("a", trackers, pairs, actions.router_members())
+    assert d.action == "alert" and "did not take out" in d.reason
+    assert not r.act(d, pairs["a"], background=False) and actions.calls == []
+    actions.members |= set(pairs["a"].urls)  # back in (the rollout re-added it) and still wedged: now it acts
+    assert r.decide("a", trackers, pairs, actions.router_members()).action == "restart"

@@ -13,7 +13,9 @@ The rules, checked before anything is touched (``Remediator.decide``, pure, test
   back;
 * at most ``max_restarts_per_hour`` restarts per pair (sliding hour); after that the pair is taken out of the
   router and left out (no restart), the alert keeps firing, and a person decides (``pdfleet ops undrain``);
-* a pair whose gate fails after its restart is left out of the router too.
+* a pair whose gate fails after its restart is left out of the router too;
+* a pair out of the router that the watchdog did not take out (a rollout's or a person's drain) is not touched:
+  restarting and re-adding it would undo their drain (it alerts; PdfleetPairOutOfRouter fires if it stays out).
 
 What remediation knows outlives the process: the restart times of the last hour and the pairs left out are in
 the state file, and a restarted watchdog takes them back (``restore``), so a restart of the watchdog neither
@@ -96,6 +98,10 @@ class Remediator:
         if host in self.left_out:
             return Decision(host, "alert", "left out of the router after its restarts; a person decides "
                                            "(pdfleet ops undrain once it is fixed)")
+        if router_urls is not None and not all(u in router_urls for u in pairs[host].urls):
+            return Decision(host, "alert", "not in the router and not taken out by the watchdog: drained by a "
+                                           "rollout or a person (pdfleet ops drain); the watchdog never puts back "
+                                           "what it did not take out")
         if self.busy is not None:
             return Decision(host, "wait", f"pair {self.busy} is being remediated (never two at once)")
         others = [h for h in pairs if h != host]
