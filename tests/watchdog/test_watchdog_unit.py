@@ -46,7 +46,10 @@ def test_precedence_dead_over_wedged_over_degraded() -> None:
     t = PairTracker("n", failures_to_wedge=2)
     assert t.classify(Observation(None, unreachable=["p: refused"], stalled=["d: x"]))[0] == State.DEAD
     assert t.classify(Observation(True, stalled=["d: work 1 while flat 70 s"]))[0] == State.WEDGED
-    assert t.classify(Observation(True, journal=["p: 1 thread_death"]))[0] == State.DEGRADED
+    # a dead thread in the journal is conclusive; a transfer error alone is a warning
+    assert t.classify(Observation(True, journal=["p: 1 thread_death"], dead_threads=["p: 1 thread_death"]))[0] \
+        == State.WEDGED
+    assert t.classify(Observation(True, journal=["p: 1 transfer_error"]))[0] == State.DEGRADED
     assert t.classify(Observation(True, unknown=["p: prefill_bootstrap"]))[0] == State.DEGRADED
     assert t.classify(Observation(True))[0] == State.OK
 
@@ -576,3 +579,24 @@ def test_a_pair_someone_else_drained_is_never_restarted_or_put_back() -> None:
     assert not r.act(d, pairs["a"], background=False) and actions.calls == []
     actions.members |= set(pairs["a"].urls)  # back in (the rollout re-added it) and still wedged: now it acts
     assert r.decide("a", trackers, pairs, actions.router_members()).action == "restart"
+
+
+def test_a_thread_death_in_the_journal_names_the_pair_wedged_in_the_round_that_reads_it() -> None:
+    """Without waiting for failed canaries (issue 29): the round after the death says WEDGED, even while the
+    canary still passes or is excused as busy."""
+    now = [0.0]
+    cluster = FakeCluster()
+    journal = FakeJournal(lines=["INFO ready"])
+    pairs = {"a": _pair("a"), "b": _pair("b")}
+    dog = Watchdog(pairs, "m", Config(), None, Remediator("alert"), None, cluster.probes(),
+                   journal=JournalWatch(journal), clock=lambda: now[0], log=lambda m: None)
+    dog.round()
+    assert dog.trackers["a"].state == State.OK
+    journal.lines += ["Exception in thread Thread-3 (bootstrap_thread):",
+                      "AssertionError: First message should be b'NixlMsgGuard'. Foreign traffic?"]
+    now[0] += 15
+    dog.round()
+    assert dog.trackers["a"].state == State.WEDGED, dog.trackers["a"].reasons
+    assert dog.trackers["a"].reasons[0].startswith("journal: pdfleet-prefill-a: ") and "thread_death" in \
+        dog.trackers["a"].reasons[0]
+    assert dog.trackers["a"].consecutive_failures == 0  # no canary failed: the journal alone named it

@@ -99,6 +99,8 @@ class PairObserver:
             counts = ", ".join(f"{v} {k}" for k, v in bad.items())
             example = f" (e.g. {uj.examples[0]!r})" if uj.examples else ""
             obs.journal.append(f"{m.name}: {counts} since the unit started{example}")
+            if bad.get("thread_death"):
+                obs.dead_threads.append(obs.journal[-1])
 
     def _busy(self, before: dict[str, dict[str, float]]) -> bool:
         """Every member's progress counters moved since ``before`` (read again now): the pair works through a
@@ -145,7 +147,8 @@ class PairObserver:
         if run_canary and not obs.unreachable:
             result = self.probes.canary(self.pair, self.model, self.canary_deadline_s)
             obs.canary_ok, obs.canary_latency_s, obs.canary_problem = result.ok, result.latency_s, result.problem
-            if not result.ok and result.status == 0 and self._busy(before):
+            # A pair whose journal shows a dead thread is not excused as busy: the death is conclusive.
+            if not result.ok and result.status == 0 and not obs.dead_threads and self._busy(before):
                 # No answer in time, but the whole pair moved meanwhile: busy, not wedged; not counted -- for at
                 # most the stall window. On a fleet the members' counters also move for other pairs' traffic
                 # (the router pairs this decode with other hosts' prefills; a wedged prefill's request counters

@@ -4,10 +4,12 @@ failures, the time of the last transition and of the last success).
 Precedence, worst first:
 
 * DEAD: a member does not answer HTTP at all (its unit is down or its host unreachable);
-* WEDGED: ``failures_to_wedge`` consecutive failed canaries, or a member stalled (work present while its
-  progress counters stayed flat longer than the stall window, ``pdfleet.watchdog.progress``);
-* DEGRADED: a failed canary short of ``failures_to_wedge``, a thread-death or transfer-error signature in a
-  member's journal since its unit started, or a number a member does not export (work cannot be judged);
+* WEDGED: a thread-death signature in a member's journal since its unit started (conclusive: the incident's
+  wedge is a dead bootstrap thread; named in the round that reads it, without waiting for failed canaries),
+  ``failures_to_wedge`` consecutive failed canaries, or a member stalled (work present while its progress
+  counters stayed flat longer than the stall window, ``pdfleet.watchdog.progress``);
+* DEGRADED: a failed canary short of ``failures_to_wedge``, a transfer-error signature in a member's journal since
+  its unit started, or a number a member does not export (work cannot be judged);
 * OK: otherwise.
 
 A canary that got no answer within its deadline while every member's progress counters moved meanwhile is not
@@ -46,6 +48,7 @@ class Observation:
     unreachable: list[str] = field(default_factory=list)  # "member: why"
     stalled: list[str] = field(default_factory=list)  # "member: why"
     journal: list[str] = field(default_factory=list)  # "member: N thread_death ..." (signatures found)
+    dead_threads: list[str] = field(default_factory=list)  # "member: N thread_death ..." (a thread died: conclusive)
     unknown: list[str] = field(default_factory=list)  # "member: numbers it does not export"
     canary_busy: str = ""  # the canary found no answer in time while the whole pair made progress (not counted)
 
@@ -81,13 +84,14 @@ class PairTracker:
         """The state these signals mean, given the failure streak already counted, and why."""
         if obs.unreachable:
             return State.DEAD, [f"unreachable: {u}" for u in obs.unreachable]
-        wedged = [f"stalled: {s}" for s in obs.stalled]
+        wedged = [f"journal: {d}" for d in obs.dead_threads] + [f"stalled: {s}" for s in obs.stalled]
         if self.consecutive_failures >= self.failures_to_wedge:
             wedged.insert(0, f"{self.consecutive_failures} consecutive failed canaries "
                              f"(last: {obs.canary_problem or 'no answer'})")
         if wedged:
             return State.WEDGED, wedged
-        degraded = [f"journal: {j}" for j in obs.journal] + [f"not exported: {u}" for u in obs.unknown]
+        degraded = ([f"journal: {j}" for j in obs.journal if j not in obs.dead_threads]
+                    + [f"not exported: {u}" for u in obs.unknown])
         if self.consecutive_failures:
             degraded.insert(0, f"canary failed ({self.consecutive_failures} of {self.failures_to_wedge} to "
                                f"WEDGED): {obs.canary_problem}")
