@@ -37,7 +37,7 @@ LOOKUPS = ("ansible.builtin.file", "ansible.builtin.fileglob", "ansible.builtin.
            "pdfleet.cluster.pdfleet_template")
 FILTERS = tuple(f"pdfleet.cluster.{name}" for name in (
     "pdfleet_plan", "pdfleet_control_paths", "pdfleet_units_prune", "pdfleet_python_problems",
-    "pdfleet_gpu_peer_problems", "pdfleet_gpu_peer_modes"))
+    "pdfleet_gpu_peer_problems", "pdfleet_gpu_peer_modes", "pdfleet_connections"))
 
 
 def preload() -> list[str]:
