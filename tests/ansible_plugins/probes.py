@@ -45,3 +45,29 @@ def load_probe(role: str) -> ModuleType:
     """The role's probe as a module (its main() runs only as __main__), with pdfleet_probe_common importable."""
     _load("pdfleet_probe_common", COMMON)
     return _load(f"pdfleet_probe_{role}", ROLES / role / "files" / "probe.py")
+
+
+def fake_systemctl(bin_dir: Path, unit: str, started: int, enabled: str = "enabled") -> None:
+    """A `systemctl` (put first on PATH) whose `show` answers for one active unit that entered the active state at
+    ``started`` (epoch seconds)."""
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / "systemctl"
+    script.write_text("#!/bin/sh\n"
+                      f"printf 'Id={unit}\\nUnitFileState={enabled}\\nActiveState=active\\n"
+                      f"ActiveEnterTimestamp=@{started}\\n'\n")
+    script.chmod(0o755)
+
+
+def change_account(found: dict, change: str) -> bool:
+    """Apply a change of the service account to a probe's findings: "group missing", "user missing" or
+    "user KEY VALUE" (groups as a comma list). False when ``change`` is none of these."""
+    if change == "group missing":
+        found["group"] = None
+    elif change == "user missing":
+        found["user"] = None
+    elif change.startswith("user "):
+        key, value = change.split()[1:]
+        found["user"][key] = value.split(",") if key == "groups" else value
+    else:
+        return False
+    return True

@@ -16,7 +16,7 @@ from types import ModuleType
 
 import pytest
 
-from ansible_plugins.probes import load_probe, run_probe
+from ansible_plugins.probes import change_account, fake_systemctl, load_probe, run_probe
 
 ROLE = "pdfleet_units"
 UNIT = "pdfleet-prefill0.service"
@@ -58,13 +58,8 @@ def test_a_converged_host_differs_in_nothing(probe: ModuleType) -> None:
 
 def _found(change: str) -> dict:
     found = _converged(_cfg())
-    if change == "group missing":
-        found["group"] = None
-    elif change == "user missing":
-        found["user"] = None
-    elif change.startswith("user "):
-        key, value = change.split()[1:]
-        found["user"][key] = value.split(",") if key == "groups" else value
+    if change_account(found, change):
+        pass
     elif change == "dir missing":
         found["dirs"]["/var/lib/pdfleet"] = None
     elif change == "dir mode":
@@ -128,16 +123,6 @@ def test_without_a_wanted_install_there_is_no_verdict(tmp_path: Path) -> None:
     assert "differs" not in out and out["present"] == []
 
 
-def _fake_systemctl(bin_dir: Path, started: int, enabled: str = "enabled") -> None:
-    """A systemctl whose `show` answers for UNIT: active since `started`."""
-    bin_dir.mkdir(exist_ok=True)
-    script = bin_dir / "systemctl"
-    script.write_text("#!/bin/sh\n"
-                      f"printf 'Id={UNIT}\\nUnitFileState={enabled}\\nActiveState=active\\n"
-                      f"ActiveEnterTimestamp=@{started}\\n'\n")
-    script.chmod(0o755)
-
-
 def _host(tmp_path: Path) -> tuple[dict, dict[str, str]]:
     """A converged stand-in host under tmp_path for this test's own user: its directories and one file as wanted,
     the unit active and enabled since before the file was written; the settings that want exactly that."""
@@ -152,7 +137,7 @@ def _host(tmp_path: Path) -> tuple[dict, dict[str, str]]:
     env.write_text("A=1\n")
     env.chmod(0o640)
     started = int(time.time()) + 60  # started after the file was written
-    _fake_systemctl(tmp_path / "bin", started)
+    fake_systemctl(tmp_path / "bin", UNIT, started)
     mine = {"owner": me.pw_name, "group": primary}
     cfg = {"user": me.pw_name, "group": primary, "dirs": [str(conf), str(state)], "files": [str(env)],
            "units": [UNIT], "stale_paths": {UNIT: [str(env)]},
@@ -187,8 +172,8 @@ def test_the_whole_probe_reports_differs_of_what_it_found(probe: ModuleType, tmp
     os.utime(env_file, (time.time() - 3600, time.time() - 3600))  # before the unit started: not stale
     assert true_entries(cfg) == {"files"}
     Path(env_file).write_text("A=1\n")
-    _fake_systemctl(tmp_path / "bin", int(time.time()) - 600)  # started before the file was last written
+    fake_systemctl(tmp_path / "bin", UNIT, int(time.time()) - 600)  # started before the file was last written
     assert true_entries(cfg) == {"stale"}
-    _fake_systemctl(tmp_path / "bin", int(time.time()) + 60, enabled="disabled")
+    fake_systemctl(tmp_path / "bin", UNIT, int(time.time()) + 60, enabled="disabled")
     assert true_entries(cfg) == {"running"}
     assert true_entries(cfg | {"want": cfg["want"] | {"start": False}}) == set()

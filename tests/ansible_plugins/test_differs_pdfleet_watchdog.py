@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-from ansible_plugins.probes import load_probe, run_probe
+from ansible_plugins.probes import change_account, load_probe, run_probe
 
 ROLE = "pdfleet_watchdog"
 PATHS = {"plan": "/etc/pdfleet-watchdog/plan.json", "command": "/usr/local/bin/pdfleet-watchdog",
@@ -70,13 +70,8 @@ def test_a_converged_host_differs_in_nothing(probe: ModuleType, remediation: str
 def _change(found: dict, change: str) -> None:
     if change == "deb missing":
         found["debs_missing"] = ["python3-venv"]
-    elif change == "group missing":
-        found["group"] = None
-    elif change == "user missing":
-        found["user"] = None
-    elif change.startswith("user "):
-        key, value = change.split()[1:]
-        found["user"][key] = value.split(",") if key == "groups" else value
+    elif change_account(found, change):
+        pass
     elif change == "config_dir mode":
         found["dirs"]["/etc/pdfleet-watchdog"]["mode"] = "0755"
     elif change == "config_dir missing":

@@ -5,44 +5,22 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
-import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from pdfleet.paths import REPO_ROOT
 
+from ansible_plugins.probes import fake_systemctl, run_probe
+
 ROLES = REPO_ROOT / "ansible" / "roles"
-PLUGIN = REPO_ROOT / "ansible" / "plugins" / "action" / "pdfleet_probe.py"
 NOBODY_ID = 54321  # no user or group on a test machine has it
 CUDA_WANT = {"package": "pdfleet-no-such-package", "package_version": "", "profile": None}  # cuda_toolkit's "want"
 # pdfleet_monitoring's "want": its files at paths that do not exist, the unit enabled and active
 MONITORING_WANT = {"paths": dict.fromkeys(("rules", "config", "defaults"), "/nonexistent/pdfleet"),
                    "files": {key: {} for key in ("rules", "config", "defaults")},
                    "unit": {"enabled": "enabled", "active": "active"}}
-
-
-def _action() -> ModuleType:
-    """The pdfleet_probe action plugin's module: the probe runs as the action sends it."""
-    spec = importlib.util.spec_from_file_location("pdfleet_probe_action", PLUGIN)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _probe(role: str, settings: dict, env: dict[str, str] | None = None) -> dict:
-    source = (ROLES / role / "files" / "probe.py").read_text()
-    program = _action().remote_program(source, "probe.py")
-    proc = subprocess.run([sys.executable, "-I", "-c", program], input=json.dumps(settings) + "\n",
-                          capture_output=True, text=True, timeout=120, check=False, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout)
 
 
 @pytest.fixture
@@ -56,7 +34,7 @@ def orphan(tmp_path: Path) -> Path:
 
 
 def test_monitoring_probe_names_an_unknown_owner_by_number(orphan: Path) -> None:
-    out = _probe("pdfleet_monitoring", {"package": "pdfleet-no-such-package", "files": [str(orphan)],
+    out = run_probe("pdfleet_monitoring", {"package": "pdfleet-no-such-package", "files": [str(orphan)],
                                         "unit": "pdfleet-no-such.service", "want": MONITORING_WANT})
     assert out["files"][str(orphan)]["owner"] == str(NOBODY_ID)
     assert out["files"][str(orphan)]["group"] == str(NOBODY_ID)
@@ -64,7 +42,7 @@ def test_monitoring_probe_names_an_unknown_owner_by_number(orphan: Path) -> None
 
 
 def test_cuda_toolkit_probe_names_an_unknown_owner_by_number(orphan: Path, tmp_path: Path) -> None:
-    out = _probe("cuda_toolkit", {"source": str(tmp_path / "none.sources"), "profile": str(orphan),
+    out = run_probe("cuda_toolkit", {"source": str(tmp_path / "none.sources"), "profile": str(orphan),
                                   "nvcc": str(tmp_path / "no-nvcc"), "want": CUDA_WANT})
     assert (out["profile"]["owner"], out["profile"]["group"]) == (str(NOBODY_ID), str(NOBODY_ID))
     assert out["source_exists"] is False
@@ -107,15 +85,15 @@ def test_every_role_probe_runs_with_the_shared_helpers_and_finds_nothing(tmp_pat
     assert set(settings) == {p.parent.parent.name for p in ROLES.glob("*/files/probe.py")}
     none = str(tmp_path / "none")
     for role, cfg in settings.items():
-        out = _probe(role, cfg)
+        out = run_probe(role, cfg)
         states = [v for key in ("files", "dirs") for v in (out.get(key) or {}).values()]
         assert states == [None] * len(states), (role, out)
         if "debs_missing" in out:
             assert out["debs_missing"] == ["pdfleet-no-such-package"], role
-    assert _probe("pdfleet_units", settings["pdfleet_units"])["user"] is None
-    assert _probe("model", settings["model"]) == {"dir": None, "files": {},
+    assert run_probe("pdfleet_units", settings["pdfleet_units"])["user"] is None
+    assert run_probe("model", settings["model"]) == {"dir": None, "files": {},
                                                   "differs": {"dir": True, "standin": False}}
-    assert none not in str(_probe("nixl", settings["nixl"])["dists"])
+    assert none not in str(run_probe("nixl", settings["nixl"])["dists"])
 
 
 def test_watchdog_probe_names_a_changed_wheel_file(tmp_path: Path) -> None:
@@ -127,10 +105,10 @@ def test_watchdog_probe_names_a_changed_wheel_file(tmp_path: Path) -> None:
     h = base64.urlsafe_b64encode(hashlib.sha256(b"x = 1\n").digest()).rstrip(b"=").decode()
     (lib / "pdfleet-1.0.dist-info" / "RECORD").write_text(f"pdfleet/a.py,sha256={h},6\n")
     cfg = _settings(tmp_path)["pdfleet_watchdog"] | {"venv": str(venv)}
-    out = _probe("pdfleet_watchdog", cfg)
+    out = run_probe("pdfleet_watchdog", cfg)
     assert (out["dists"], out["wheel_bad"]) == (["pdfleet==1.0"], "")
     (lib / "pdfleet" / "a.py").write_text("x = 2\n")
-    changed = _probe("pdfleet_watchdog", cfg)["wheel_bad"]
+    changed = run_probe("pdfleet_watchdog", cfg)["wheel_bad"]
     assert changed == f"{lib / 'pdfleet' / 'a.py'} (sha256 differs from the RECORD)"
 
 
@@ -153,25 +131,15 @@ def test_sglang_probe_checks_both_sim_wheels(tmp_path: Path) -> None:
     (venv / "bin" / "python").write_text("")
     _install_fake_wheel(lib, "pdfleet", "pdfleet", "x = 1\n")
     cfg = _settings(tmp_path)["sglang"] | {"venv": str(venv), "wheel_dists": ["pdfleet", "pdfleet_sim"]}
-    out = _probe("sglang", cfg)
+    out = run_probe("sglang", cfg)
     assert (out["wheel_ok"], out["wheel_bad"]) == (False, "pdfleet_sim: not installed")
     worker = _install_fake_wheel(lib, "pdfleet_sim", "pdfleet_sim", "y = 1\n")
-    out = _probe("sglang", cfg)
+    out = run_probe("sglang", cfg)
     assert (out["wheel_ok"], out["wheel_bad"]) == (True, ""), out
     worker.write_text("y = 2\n")
-    out = _probe("sglang", cfg)
+    out = run_probe("sglang", cfg)
     assert (out["wheel_ok"], out["wheel_bad"]) == (False, f"{worker} (sha256 differs from the RECORD)")
-    assert _probe("sglang", cfg | {"wheel_dists": ["pdfleet"]})["wheel_ok"] is True  # the production wheel alone
-
-
-def _fake_systemctl(bin_dir: Path, unit: str, started: int) -> None:
-    """A systemctl that answers `show` for one active unit that entered the active state at `started`."""
-    bin_dir.mkdir(exist_ok=True)
-    script = bin_dir / "systemctl"
-    script.write_text("#!/bin/sh\n"
-                      f"printf 'Id={unit}\\nUnitFileState=enabled\\nActiveState=active\\n"
-                      f"ActiveEnterTimestamp=@{started}\\n'\n")
-    script.chmod(0o755)
+    assert run_probe("sglang", cfg | {"wheel_dists": ["pdfleet"]})["wheel_ok"] is True  # the production wheel alone
 
 
 def test_units_probe_names_a_unit_started_before_its_paths_last_changed(tmp_path: Path) -> None:
@@ -182,19 +150,19 @@ def test_units_probe_names_a_unit_started_before_its_paths_last_changed(tmp_path
     code = tmp_path / "lib" / "pkg-1.0.dist-info"
     code.mkdir(parents=True)
     os.utime(code, (started - 3600, started - 3600))  # installed long before the unit started
-    _fake_systemctl(tmp_path / "bin", unit, started)
+    fake_systemctl(tmp_path / "bin", unit, started)
     env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     settings = {"units": [unit], "stale_paths": {unit: [str(tmp_path / "lib" / "*.dist-info")]}}
-    out = _probe("pdfleet_units", settings, env)
+    out = run_probe("pdfleet_units", settings, env)
     assert out["units"] == {unit: {"enabled": "enabled", "active": "active"}}
     assert out["stale"] == {}
     os.utime(code, (started + 1, started + 1))  # written just after the start (within the margin)
-    assert _probe("pdfleet_units", settings, env)["stale"] == {}
+    assert run_probe("pdfleet_units", settings, env)["stale"] == {}
     code.touch()  # a newer install, after the unit started
-    stale = _probe("pdfleet_units", settings, env)["stale"]
+    stale = run_probe("pdfleet_units", settings, env)["stale"]
     assert list(stale) == [unit] and str(code) in stale[unit]
     other = {"units": [unit], "stale_paths": {unit: [str(tmp_path / "none" / "*")]}}
-    assert _probe("pdfleet_units", other, env)["stale"] == {}  # only the unit's own paths count
+    assert run_probe("pdfleet_units", other, env)["stale"] == {}  # only the unit's own paths count
 
 
 def test_the_driver_probe_reads_the_os_and_picks_its_distributions_packages(tmp_path: Path) -> None:
@@ -204,7 +172,7 @@ def test_the_driver_probe_reads_the_os_and_picks_its_distributions_packages(tmp_
     import os
 
     cfg = _settings(tmp_path)["nvidia_driver"]
-    here = _probe("nvidia_driver", cfg | {"by_distribution": {}})
+    here = run_probe("nvidia_driver", cfg | {"by_distribution": {}})
     facts = here["os"]
     assert facts["kernel"] == os.uname().release and facts["distribution"] and facts["os_family"] == "Debian"
     assert (here["supported"], here["packages"], here["entry"], here["repo_distro"]) == (False, {}, "", "")
@@ -213,7 +181,7 @@ def test_the_driver_probe_reads_the_os_and_picks_its_distributions_packages(tmp_
     # this machine's dpkg has python3 and coreutils installed, not the stand-in names
     entry = {"packages": ["coreutils", "pdfleet-no-such-package"], "prerequisites": ["python3"], "hold_regex": "",
              "releases": {facts["distribution_major_version"]: "here-path"}}
-    found = _probe("nvidia_driver", cfg | {"by_distribution": {facts["distribution"]: entry,
+    found = run_probe("nvidia_driver", cfg | {"by_distribution": {facts["distribution"]: entry,
                                                                "NoSuchOS": {"packages": ["bash"]}}})
     assert (found["supported"], found["entry"], found["repo_distro"]) == (True, facts["distribution"], "here-path")
     assert found["release"] == facts["distribution_major_version"]
@@ -222,7 +190,7 @@ def test_the_driver_probe_reads_the_os_and_picks_its_distributions_packages(tmp_
     assert "pdfleet-no-such-package" not in found["packages"]
     # the same distribution at a release it has no entry for: unsupported, nothing asked of dpkg
     elsewhere = {facts["distribution"]: entry | {"releases": {"0": "x"}}}
-    other = _probe("nvidia_driver", cfg | {"by_distribution": elsewhere})
+    other = run_probe("nvidia_driver", cfg | {"by_distribution": elsewhere})
     assert (other["supported"], other["entry"], other["packages"]) == (False, "", {})
 
 
@@ -248,9 +216,9 @@ OUT
 """)
     modinfo.chmod(0o755)
     cfg = _settings(tmp_path)["nvidia_driver"] | {"modinfo": str(modinfo)}
-    out = _probe("nvidia_driver", cfg)
+    out = run_probe("nvidia_driver", cfg)
     assert (out["module_version"], out["module_license"]) == ("580.95.05", "Dual MIT/GPL")
     assert calls.read_text().splitlines() == ["nvidia"]
     missing = tmp_path / "no-modinfo"
-    assert {k: _probe("nvidia_driver", cfg | {"modinfo": str(missing)})[k]
+    assert {k: run_probe("nvidia_driver", cfg | {"modinfo": str(missing)})[k]
             for k in ("module_version", "module_license")} == {"module_version": "", "module_license": ""}
