@@ -21,11 +21,26 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pdfleet.inventory import InventorySource
 from pdfleet.paths import REPO_ROOT
+from pdfleet.routerkey import find_key
 from pdfleet_sim.testing.scratch import scratch_inventory
 
 BIN = Path(sys.executable).parent
 SITE = REPO_ROOT / "site.yml"
+# The gateway's API key of each scratch cluster's router (router.api_key is on by default), by router URL: the
+# tests' own requests to a router carry it (keyed_request), as every pdfleet command's do (pdfleet.routerkey).
+ROUTER_KEYS: dict[str, str] = {}
+
+
+def keyed_request(url: str, data: bytes | None = None, headers: dict[str, str] | None = None,
+                  method: str | None = None) -> urllib.request.Request:
+    """A request to ``url``, with the router's key when ``url`` is a known scratch cluster's router."""
+    headers = dict(headers or {})
+    key = next((k for router, k in ROUTER_KEYS.items() if url == router or url.startswith(router + "/")), None)
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    return urllib.request.Request(url, data=data, headers=headers, method=method)
 TOOLS = ("systemd-nspawn", "debootstrap", "nft", "dpkg-deb", "gpg")
 
 
@@ -68,6 +83,16 @@ class ScratchCluster:
     router_url: str
     model: str
     reports_dir: Path
+
+    def __post_init__(self) -> None:
+        key = self.router_key
+        if key:
+            ROUTER_KEYS[self.router_url] = key
+
+    @property
+    def router_key(self) -> str | None:
+        """The key the scratch inventory gives the router (its pdfleet_units_secrets, as every caller reads it)."""
+        return find_key(None, InventorySource.of(self.inventory))
 
     def playbook(self, playbook: Path = SITE, *extra: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run a playbook; the verification play runs one cascade cycle (default 2) to keep the suite short."""
@@ -113,8 +138,8 @@ class ScratchCluster:
         """One non-streaming chat completion through the router; raises on HTTP errors and time-outs."""
         body = json.dumps({"model": self.model, "max_tokens": 16,
                            "messages": [{"role": "user", "content": prompt}]}).encode()
-        req = urllib.request.Request(self.router_url + "/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+        req = keyed_request(self.router_url + "/v1/chat/completions", data=body,
+                            headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             assert resp.status == 200
             return json.loads(resp.read())

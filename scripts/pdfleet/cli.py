@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
 
-from pdfleet import conformance
+from pdfleet import conformance, keygen
 from pdfleet.errors import PdfleetError
 from pdfleet.inventory import InventorySource, load_inventory
 from pdfleet.inventory_flags import add_inventory_arguments, source_from_args
@@ -25,7 +25,7 @@ from pdfleet.ops import cli as ops_cli
 from pdfleet.patch import cli as patchcli
 from pdfleet.patch import status as patchstatus
 from pdfleet.plandoc import plan_document
-from pdfleet.planner import Plan, hardware_facts
+from pdfleet.planner import Plan, Unit, hardware_facts, systemd_quote, without_key_shim
 from pdfleet.prune.decide import removal_rows, removals
 from pdfleet.prune.hoststate import read_units
 from pdfleet.render import render_plan
@@ -47,9 +47,19 @@ def plan_table(plan: Plan) -> str:
             rows.append([host, u.name, u.role, u.cuda_visible_devices or "-", ports])
     head = (f"profile {plan.profile}  model {plan.model['name']}  SGLang {plan.sglang['version']} "
             f"(patch {plan.sglang['patch']})  CUDA {plan.cuda['version']}  router {plan.router_url}")
-    cmds = "\n".join(f"{u.host}/{u.name}: {u.exec_start_line}" for u in plan.units())
+    cmds = "\n".join(f"{u.host}/{u.name}: {_shown_command(u)}" for u in plan.units())
     table = format_table(["host", "unit", "role", "CUDA_VISIBLE_DEVICES", "ports"], rows)
     return f"{head}\n\n{table}\n\n{hardware_text(plan)}\n\nlaunch commands:\n{cmds}\n\n{effective_settings_text(plan)}"
+
+
+def _shown_command(unit: Unit) -> str:
+    """The unit's command as it runs once its key shim (planner.key_shim) has added the key from its secrets file:
+    the shim's code says nothing a reader needs."""
+    argv = without_key_shim(unit.exec_start)
+    if argv == unit.exec_start:
+        return unit.exec_start_line
+    line = " ".join(systemd_quote(a) for a in argv)
+    return f"{line}  (+ the key from {unit.name}-secrets.env: {', '.join(unit.secrets)})"
 
 
 def hardware_text(plan: Plan) -> str:
@@ -155,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for register in (patchcli.register, patchstatus.register, verify_cli.register,
                      conformance.register, rollout_cli.register, watchdog_cli.register, ops_cli.register,
-                     launchcheck_cli.register):
+                     launchcheck_cli.register, keygen.register):
         register(sub)
     plugins = plugin_commands()
     for _name, load in sorted(plugins.items()):

@@ -65,7 +65,9 @@ class RouterSpec:
     decode_policy: str = "round_robin"
     health_check_interval_secs: int = 10
     drain_timeout_s: int = 120
-    api_key: bool = False
+    # The gateway's API key (PDFLEET_ROUTER_API_KEY in pdfleet_units_secrets, Vault): on by default, so nobody who
+    # reaches the port can add or delete workers. Off only by an explicit `api_key: false`.
+    api_key: bool = True
     extra_args: list[str] = field(default_factory=list)
 
 

@@ -52,6 +52,9 @@ class Unit:
     ucx_net_devices: list[str] = field(default_factory=list)
     required_transports: list[str] = field(default_factory=list)  # what `ucx_info -d` must list on this host
     start_hold_down_s: int = 0  # ExecStartPre sleep before every start (prefill units: see prefill_hold_down)
+    # The pdfleet_units_secrets names this unit reads (its own 0600 secrets file): only what it needs, so a worker
+    # running model code never holds the gateway's key.
+    secrets: list[str] = field(default_factory=list)
 
     @property
     def exec_start_line(self) -> str:
@@ -563,18 +566,38 @@ def _worker_unit(c: ClusterSpec, inst: InstanceSpec, address: str, hw: patches.H
     )
 
 
-# With router.api_key the router gets its key from secrets.env (0600), never on its command line: systemd would
-# expand ${PDFLEET_ROUTER_API_KEY} into argv, which `ps` shows every user until the router retitles itself. The
-# venv's Python runs this instead: it takes the key out of the environment, appends it to the router's own
-# sys.argv (in the process only) and runs the router (a module name, or the path of a console script).
-ROUTER_KEY_SHIM = (
-    "import os,runpy,sys;k=os.environ.pop('PDFLEET_ROUTER_API_KEY','').strip();"
-    "k or sys.exit('pdfleet: router.api_key is on but PDFLEET_ROUTER_API_KEY is not set in secrets.env. Fix: set "
-    "pdfleet_units_secrets.PDFLEET_ROUTER_API_KEY (Vault) and converge');"
-    "t=sys.argv[1];sys.argv=[t]+sys.argv[2:]+['--api-key',k];"
-    "runpy.run_path(t,run_name='__main__') if t.startswith('/') else "
-    "runpy.run_module(t,run_name='__main__',alter_sys=True)"
-)
+# A key (the gateway's API key) reaches its process from that unit's own secrets file
+# (0600, root; pdfleet_units renders it), never on its command line: systemd would expand ${NAME} into argv, which
+# `ps` shows every user. The venv's Python runs this instead: it takes the key out of the environment, appends it
+# to the program's own sys.argv (in the process only) and runs the program (a module name, or the path of a
+# console script). Without the key it refuses to start an open service.
+def key_shim(env_name: str, flag: str, setting: str) -> str:
+    """The ``python -c`` code that runs a program with ``flag <key>`` taken from ``$env_name``."""
+    return (
+        f"import os,runpy,sys;k=os.environ.pop('{env_name}','').strip();"
+        f"k or sys.exit('pdfleet: {setting} is on but {env_name} is not set in the secrets file of this unit. Fix: "
+        f"set pdfleet_units_secrets.{env_name} (Vault) and converge');"
+        f"t=sys.argv[1];sys.argv=[t]+sys.argv[2:]+['{flag}',k];"
+        "runpy.run_path(t,run_name='__main__') if t.startswith('/') else "
+        "runpy.run_module(t,run_name='__main__',alter_sys=True)"
+    )
+
+
+ROUTER_KEY_ENV = "PDFLEET_ROUTER_API_KEY"
+ROUTER_KEY_SHIM = key_shim(ROUTER_KEY_ENV, "--api-key", "router.api_key")
+
+
+def with_key_shim(argv: list[str], python: str, shim: str) -> list[str]:
+    """``argv`` (``python -m module …`` or ``/path/console-script …``) run through ``shim``."""
+    return [python, "-c", shim, *(argv[2:] if argv[1] == "-m" else argv)]
+
+
+def without_key_shim(argv: list[str]) -> list[str]:
+    """The command line a unit runs once its key shim has handed over (the inverse of with_key_shim; the key's own
+    flag is added in the process and is not part of it)."""
+    if len(argv) > 3 and argv[1] == "-c":
+        return argv[3:] if argv[3].startswith("/") else [argv[0], "-m", *argv[3:]]
+    return list(argv)
 
 
 def _router_unit(c: ClusterSpec, address: str, workers: list[Unit]) -> Unit:
@@ -585,7 +608,7 @@ def _router_unit(c: ClusterSpec, address: str, workers: list[Unit]) -> Unit:
     else:
         argv = [python, "-m", "sglang_router.launch_router"]
     if r.api_key:  # the shim adds the key from the environment (ROUTER_KEY_SHIM): its target, then the arguments
-        argv = [python, "-c", ROUTER_KEY_SHIM, *(argv[2:] if argv[1] == "-m" else argv)]
+        argv = with_key_shim(argv, python, ROUTER_KEY_SHIM)
     if c.profile in PD_PROFILES:
         argv += ["--pd-disaggregation"]
         for w in workers:
@@ -606,5 +629,5 @@ def _router_unit(c: ClusterSpec, address: str, workers: list[Unit]) -> Unit:
         description=f"pdfleet SGLang router ({c.profile}, workers: {len(workers)})",
         exec_start=argv, environment={"PYTHONUNBUFFERED": "1", "RUST_LOG": "info"},
         ports={"port": r.port, "metrics_port": r.metrics_port}, after=[w.name for w in workers if w.host == r.host],
-        timeout_stop_s=30, url=f"http://{address}:{r.port}",
+        timeout_stop_s=30, url=f"http://{address}:{r.port}", secrets=[ROUTER_KEY_ENV] if r.api_key else [],
     )

@@ -70,8 +70,11 @@ def test_pdfleet_template_renders_what_the_builtin_template_lookup_renders(tmp_p
         tv = {"pdfleet_units_unit": ctx["pdfleet_units_unit"], "pdfleet_units_service": ctx["pdfleet_units_service"]}
         for name in ("unit.env.j2", f"{ctx['pdfleet_units_unit']['kind']}.service.j2"):
             cases.append({"tpl": str(TEMPLATE_DIR / name), "vars": tv})
-    cases.append({"tpl": str(TEMPLATE_DIR / "secrets.env.j2"), "vars": {}})
-    (tmp_path / "cases.json").write_text(json.dumps({"cases": cases, "pdfleet_units_secrets": {"HF_TOKEN": "t0k\\en"}}))
+    router = next(c["pdfleet_units_unit"] for c in contexts if c["pdfleet_units_unit"]["kind"] == "router")
+    cases.append({"tpl": str(TEMPLATE_DIR / "secrets.env.j2"), "vars": {"pdfleet_units_unit": router}})
+    (tmp_path / "cases.json").write_text(json.dumps({"cases": cases,
+                                                     "pdfleet_units_secrets": {"PDFLEET_ROUTER_API_KEY": "t0k\\en",
+                                                                               "HF_TOKEN": "not-the-router's"}}))
     (tmp_path / "play.yml").write_text(PLAYBOOK)
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-e",
                            f"ansible_python_interpreter={sys.executable}", "-e", f"@{tmp_path / 'cases.json'}",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdfleet.paths import REPO_ROOT
-from simcluster import BIN, ScratchCluster
+from simcluster import BIN, ScratchCluster, keyed_request
 
 ROLLOUT = REPO_ROOT / "rollout.yml"
 
@@ -48,7 +48,7 @@ def rollout(c: ScratchCluster, *extra: str, timeout: float = 3600) -> Run:
 
 
 def get_json(url: str, timeout: float = 5) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
+    with urllib.request.urlopen(keyed_request(url), timeout=timeout) as resp:
         return json.loads(resp.read())
 
 

@@ -208,7 +208,7 @@ def test_watchdog_restart_heals_the_mono_pair_of_one(mono: ScratchCluster) -> No
     p = plan_inventory(c.inventory)
     pairs = fleet.pairs_from_plan(p)
     model = str(p.model.get("served_name") or p.model["name"])
-    router = fleet.RouterClient(p.router_url)
+    router = fleet.RouterClient(p.router_url, c.router_key)
     inv = load_inventory(c.inventory)
 
     def ssh(host: str, command: str) -> tuple[int, str, str]:

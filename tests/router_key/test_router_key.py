@@ -86,7 +86,7 @@ def test_shim_hands_the_key_to_the_router_inside_the_process(fake_router: Path) 
 def test_shim_refuses_to_start_an_open_router(fake_router: Path) -> None:
     proc = _shim(fake_router, "")
     assert proc.returncode == 1
-    assert "PDFLEET_ROUTER_API_KEY is not set in secrets.env" in proc.stderr and "Fix:" in proc.stderr
+    assert "PDFLEET_ROUTER_API_KEY is not set in the secrets file of this unit" in proc.stderr and "Fix:" in proc.stderr
     assert proc.stdout == ""  # the router never ran
 
 
@@ -207,3 +207,87 @@ def test_prune_drain_sends_the_key_from_its_request(bearer: None) -> None:
     assert "not removed from the router" not in out
     seen, out = asyncio.run(drain(None))
     assert seen[0][1] is None and "not removed from the router" in out and "401" in out
+
+
+def test_the_gateway_key_is_on_by_default_and_only_the_router_reads_it() -> None:
+    raw = copy.deepcopy(SIM)
+    raw["router"].pop("api_key", None)
+    plan = build_plan(raw, HOSTS, {raw["sglang"]["version"]: raw["sglang"]["patch"]})
+    secrets = {u.name: u.secrets for u in plan.units()}
+    assert secrets == {"pdfleet-prefill0": [], "pdfleet-decode0": [], "pdfleet-router": [routerkey.ENV_NAME]}
+    assert _router(plan).exec_start[1:3] == ["-c", ROUTER_KEY_SHIM]
+    assert _router(_plan(False)).secrets == []  # off only when the inventory says so
+
+
+def test_each_unit_reads_only_its_own_secrets_file(tmp_path: Path) -> None:
+    from pdfleet.render import render_plan
+
+    render_plan(_plan(True), tmp_path)
+    lines = {p.name: [ln for ln in p.read_text().splitlines() if ln.startswith("EnvironmentFile=")]
+             for p in (tmp_path / "node1").glob("*.service")}
+    assert lines["pdfleet-router.service"] == ["EnvironmentFile=/etc/pdfleet/pdfleet-router.env",
+                                               "EnvironmentFile=/etc/pdfleet/pdfleet-router-secrets.env"]
+    for worker in ("pdfleet-prefill0.service", "pdfleet-decode0.service"):  # no file that could hold the key
+        assert lines[worker] == [f"EnvironmentFile=/etc/pdfleet/{worker.removesuffix('.service')}.env"]
+
+
+def _inventory(tmp_path: Path, secrets: str) -> Path:
+    inv = tmp_path / "inv"
+    (inv / "group_vars" / "all").mkdir(parents=True)
+    (inv / "hosts.yml").write_text("all:\n  hosts:\n    node1:\n      ansible_host: 10.77.0.11\n")
+    (inv / "group_vars" / "all" / "cluster.yml").write_text(yaml.safe_dump({"pdfleet_cluster": SIM}))
+    (inv / "group_vars" / "all" / "secrets.yml").write_text(secrets)
+    return inv
+
+
+def test_commands_find_the_key_in_the_inventory_after_a_file_or_the_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One name everywhere: a command given -i finds pdfleet_units_secrets.PDFLEET_ROUTER_API_KEY there (templated
+    as a play would), unless a key file or $PDFLEET_ROUTER_API_KEY says otherwise."""
+    from pdfleet.inventory import InventorySource
+
+    monkeypatch.delenv(routerkey.ENV_NAME, raising=False)
+    inv = InventorySource.of(_inventory(tmp_path, "k: " + KEY + "\npdfleet_units_secrets:\n"
+                                        "  PDFLEET_ROUTER_API_KEY: '{{ k }}'\n"))
+    assert routerkey.find_key(None, inv) == KEY
+    assert routerkey.find_key(None, None) is None
+    monkeypatch.setenv(routerkey.ENV_NAME, "from-env")
+    assert routerkey.find_key(None, inv) == "from-env"
+    keyfile = tmp_path / "key"
+    keyfile.write_text("from-file")
+    keyfile.chmod(0o600)
+    assert routerkey.find_key(keyfile, inv) == "from-file"
+    monkeypatch.delenv(routerkey.ENV_NAME)
+    none = InventorySource.of(_inventory(tmp_path / "other", "pdfleet_units_secrets: {HF_TOKEN: x}\n"))
+    assert routerkey.find_key(None, none) is None
+
+
+class _Out:
+    def __init__(self, tty: bool) -> None:
+        self.tty, self.text = tty, ""
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    def write(self, text: str) -> int:
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_keygen_pipes_a_new_key_and_never_shows_one_on_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from pdfleet import keygen
+
+    args = argparse.Namespace(name=routerkey.ENV_NAME, show=False)
+    piped, again = _Out(False), _Out(False)
+    assert keygen.cmd_keygen(args, piped) == 0 and keygen.cmd_keygen(args, again) == 0
+    assert re.fullmatch(r"[A-Za-z0-9_-]{43}", piped.text) and piped.text != again.text  # 32 random bytes, no newline
+    tty = _Out(True)
+    assert keygen.cmd_keygen(args, tty) == 2 and tty.text == ""
+    err = capsys.readouterr().err
+    name = routerkey.ENV_NAME
+    assert f"pdfleet keygen {name} | ansible-vault encrypt_string --stdin-name {name}" in err

@@ -4,7 +4,8 @@ sim bridge, tests/model/hubserver.py; `router.api_key: true` with the key in pdf
 site.yml run at -vvv whose final play verifies the cluster with the key on. Neither value may appear in:
 
 - the playbook's -vvv output;
-- any file on the host outside the one place the key belongs (/etc/pdfleet/secrets.env: mode 0600, root:root):
+- any file on the host outside the one place the key belongs (the router unit's own
+  /etc/pdfleet/pdfleet-router-secrets.env: mode 0600, root:root):
   the rendered units and their environment files, Prometheus' configuration and data, the model directory,
   /tmp (the token's private directory is gone);
 - the host's whole journal (every field, -o verbose: command lines of the module runs included);
@@ -15,8 +16,11 @@ site.yml run at -vvv whose final play verifies the cluster with the key on. Neit
 
 Each source is also checked to hold what it should (the key in secrets.env, the download in `ps`, module runs
 in the journal, a passing report, scraped targets), so a check that reads nothing fails instead of passing.
-The router refuses GET /workers without the key and answers with it. The cluster is put back after (api_key off,
-the stand-in model, secrets.env removed) by site.yml, so later tests find it as converged.
+- the environment of the worker processes (they never read the gateway's key).
+
+The router refuses GET and POST /workers without the key (nobody on the network can add a worker of theirs) and
+answers with it. The cluster is put back after (the inventory's own key, the stand-in model) by site.yml, so later
+tests find it as converged.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ pytestmark = [pytest.mark.sim, pytest.mark.mutates]
 HF_CANARY = "hf_CANARYpdfleet" + secrets.token_hex(10)
 KEY_CANARY = "pdfleetROUTERkeyCANARY" + secrets.token_hex(10)
 CANARIES = {"the HF token": HF_CANARY, "the router API key": KEY_CANARY}
-SECRETS_ENV = "/etc/pdfleet/secrets.env"
+SECRETS_ENV = "/etc/pdfleet/pdfleet-router-secrets.env"  # the router unit's own; workers read none
 # Searched on the host for the canaries (grep reads the patterns from standard input: never on its command line).
 HOST_DIRS = ("/etc", "/srv", "/opt/pdfleet", "/var/lib", "/var/log", "/var/tmp", "/tmp", "/root", "/home", "/run")
 SAMPLER = "/root/pdfleet-secrets-ps.py"
@@ -252,16 +256,33 @@ def exercise(cluster: ScratchCluster, hub: HubServer, tmp: Path) -> Evidence:
     for t in active:
         ev.sources[f"scraped text of {t['scrapeUrl']}"] = _get(t["scrapeUrl"])[1]
 
-    # the key reached the router and is enforced there
+    # the workers' environment: no key (each unit reads only its own secrets file)
+    for unit in ("pdfleet-prefill0", "pdfleet-decode0"):
+        env = _ssh(cluster, f"tr '\\0' '\\n' < /proc/$(systemctl show -p MainPID --value {unit})/environ")
+        ev.sources[f"the environment of {unit}'s process"] = env
+        if "PYTHONUNBUFFERED=1" not in env:
+            ev.problems.append(f"could not read the environment of {unit}'s process: {env[:300]}")
+
+    # the key reached the router and is enforced there: nobody without it lists, adds or removes workers
     listing = [_get(cluster.router_url + "/workers")[0], _get(cluster.router_url + "/workers", KEY_CANARY)[0]]
     if listing != [401, 200]:
         ev.problems.append(f"GET /workers without/with the key answered {listing}, wants [401, 200]")
+    stranger = urllib.request.Request(cluster.router_url + "/workers", method="POST",
+                                      data=json.dumps({"url": "http://10.77.0.99:30000"}).encode(),
+                                      headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(stranger, timeout=10) as resp:
+            added = resp.status
+    except urllib.error.HTTPError as e:
+        added = e.code
+    if added != 401:
+        ev.problems.append(f"POST /workers without the key answered {added}, wants 401")
     return ev
 
 
 def restore(cluster: ScratchCluster, model_file: bytes) -> None:
-    """Back to the converged state: the scratch inventory's cluster.yml byte for byte (no key, the stand-in
-    model), no secrets.env, no sampler files."""
+    """Back to the converged state: the scratch inventory's cluster.yml byte for byte (the inventory's own key, the
+    stand-in model), no sampler files."""
     (cluster.inventory / "group_vars" / "all" / "cluster.yml").write_bytes(model_file)
     model_path = _model_path(cluster)
     _ssh(cluster, f"touch {SEEN}.stop; rm -rf {model_path} {SECRETS_ENV} {SAMPLER} {SEEN} {SEEN}.stop {SEEN}.count")

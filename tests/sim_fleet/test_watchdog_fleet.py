@@ -74,7 +74,7 @@ def pdfleet_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         print(f"\nfleet staged (pristine, watchdog + Prometheus on router1): {time.monotonic() - t0:.0f} s")
         c.wait_ready()
         plan = plan_inventory(c.inventory)
-        router = RouterClient(plan.router_url)
+        router = RouterClient(plan.router_url, c.router_key)
         yield Fleet(c, pairs_from_plan(plan), router, f"http://{urlsplit(plan.router_url).hostname}:9090", root)
 
 

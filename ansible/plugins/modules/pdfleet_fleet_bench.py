@@ -13,6 +13,7 @@ description:
     fails on a regression. Read-only for the cluster (changed=false); skipped in check mode.
 options:
   router_url: {description: "The router's base URL.", type: str, required: true}
+  api_key: {description: "The router's API key, if any (sent to the router only).", type: str}
   model: {description: "The served model name.", type: str, required: true}
   baseline_file: {description: "This run's baseline file.", type: path, required: true}
   save: {description: "Save this result as the baseline (before the first host).", type: bool, default: false}
@@ -46,6 +47,7 @@ with PdfleetImports() as IMPORTS:
 def main() -> None:
     module = controller_module({
         "router_url": {"type": "str", "required": True},
+        "api_key": {"type": "str", "no_log": True},
         "model": {"type": "str", "required": True},
         "baseline_file": {"type": "path", "required": True},
         "save": {"type": "bool", "default": False},
@@ -55,7 +57,8 @@ def main() -> None:
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: the benchmark sends traffic, not run")
     try:
-        check = bench.run(p["router_url"], p["model"], Path(p["baseline_file"]), p["save"], **p["settings"])
+        check = bench.run(p["router_url"], p["model"], Path(p["baseline_file"]), p["save"], api_key=p["api_key"],
+                          **p["settings"])
     except TypeError as e:
         module.fail_json(msg=f"bad benchmark setting: {e}")
     if check["status"] in ("fail", "error"):

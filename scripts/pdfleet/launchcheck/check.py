@@ -24,7 +24,7 @@ from pdfleet.inventory_plan import supported_patches
 from pdfleet.launchcheck import store
 from pdfleet.patch import runtime
 from pdfleet.paths import REPO_ROOT
-from pdfleet.planner import Plan, Unit, build_plan
+from pdfleet.planner import Plan, Unit, build_plan, without_key_shim
 
 MODEL_CONFIGS: dict[str, Path] = {
     "deepseek-ai/DeepSeek-V4-Flash": Path(__file__).with_name("models") / "deepseek-v4-flash",
@@ -99,9 +99,7 @@ def plan_at(source: InventorySource | str | Path, version: str) -> Plan:
 
 
 def _job_unit(plan: Plan, unit: Unit) -> dict[str, Any]:
-    argv = list(unit.exec_start)
-    if len(argv) > 3 and argv[1] == "-c":  # the router with its key (planner.ROUTER_KEY_SHIM): the target follows
-        argv = argv[3:] if argv[3].startswith("/") else [argv[0], "-m", *argv[3:]]
+    argv = without_key_shim(unit.exec_start)  # a unit with a key (planner.key_shim): the target follows
     args = argv[3:] if len(argv) > 2 and argv[1] == "-m" else argv[2:]
     if unit.kind == "worker" and "--model-path" in args:
         config = MODEL_CONFIGS.get(str(plan.model["name"]))

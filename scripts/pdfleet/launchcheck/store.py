@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pdfleet.planner import Plan, Unit
+from pdfleet.planner import Plan, Unit, without_key_shim
 
 RESOLVED_FILE = Path(__file__).with_name("resolved.json")
 SCHEMA = "pdfleet-launchcheck/1"
@@ -29,7 +29,8 @@ def device_of(plan: Plan, unit: Unit) -> dict[str, Any]:
 
 
 def unit_key(plan: Plan, unit: Unit) -> str:
-    data = {"sglang": str(plan.sglang["version"]), "argv": unit.exec_start, "env": unit.environment,
+    # the command line without a key shim (a key changes no setting SGLang resolves)
+    data = {"sglang": str(plan.sglang["version"]), "argv": without_key_shim(unit.exec_start), "env": unit.environment,
             "device": device_of(plan, unit)}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:20]
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable
 
@@ -29,6 +28,7 @@ from pdfleet.ops.tasks import FAILED, OK, HostLine
 from pdfleet.paths import REPO_ROOT
 from pdfleet.planner import Plan
 from pdfleet.remote import connection_for, run
+from pdfleet.routerkey import find_key
 from pdfleet.watchdog.actions import FleetActions
 
 
@@ -51,8 +51,9 @@ def _print(lines: list[HostLine], as_json: bool) -> int:
     return code
 
 
-def _router(plan: Plan) -> fleet.RouterClient:
-    return fleet.RouterClient(plan.router_url, api_key=os.environ.get("PDFLEET_ROUTER_API_KEY") or None)
+def _router(plan: Plan, source: InventorySource) -> fleet.RouterClient:
+    """The gateway with its key ($PDFLEET_ROUTER_API_KEY, else the inventory's Vault: pdfleet.routerkey)."""
+    return fleet.RouterClient(plan.router_url, api_key=find_key(None, source))
 
 
 def _with_plan(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -79,7 +80,7 @@ def _model(args: argparse.Namespace) -> str:
 
 def cmd_status(args: argparse.Namespace) -> int:
     try:
-        urls: set[str] | None = {w.spec.url for w in _router(args.plan).workers()}
+        urls: set[str] | None = {w.spec.url for w in _router(args.plan, args.source).workers()}
     except fleet.RouterError as e:
         print(f"router: FAIL: {e}", file=sys.stderr)
         urls = None
@@ -108,7 +109,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
     pair = _pair(args, args.host)
 
     def one(host: str) -> HostLine:
-        res = fleet.drain(_router(args.plan), pair, args.timeout)
+        res = fleet.drain(_router(args.plan, args.source), pair, args.timeout)
         text = f"{len(res.removed)} worker(s) out of the router; {res.idle.describe()}"
         return HostLine(host, OK if res.ok else FAILED, text)
 
@@ -119,7 +120,7 @@ def cmd_undrain(args: argparse.Namespace) -> int:
     pair = _pair(args, args.host)
 
     def one(host: str) -> HostLine:
-        res = fleet.readd(_router(args.plan), pair, None, _model(args))
+        res = fleet.readd(_router(args.plan, args.source), pair, None, _model(args))
         text = f"back in the router, routing confirmed after {res.probes} probe(s)" if res.confirmed else \
             "; ".join(res.problems)
         return HostLine(host, OK if res.confirmed else FAILED, text)
@@ -129,7 +130,7 @@ def cmd_undrain(args: argparse.Namespace) -> int:
 
 def cmd_restart(args: argparse.Namespace) -> int:
     pair = _pair(args, args.pair)
-    router = _router(args.plan)
+    router = _router(args.plan, args.source)
     runner = _runner(args.source)
     steps = RestartSteps(
         drain=lambda p: fleet.drain(router, p, args.timeout),

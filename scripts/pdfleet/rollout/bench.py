@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pdfleet.verify import bench
+from pdfleet.verify import bench, client
 from pdfleet.verify.result import FAIL, CheckResult
 from pdfleet.verify.settings import Settings
 
@@ -34,7 +34,7 @@ def _regression(check: CheckResult) -> bool:
 
 
 def run(router_url: str, model: str, baseline_file: Path, save: bool, confirm: bool = True,
-        **overrides: Any) -> dict[str, Any]:
+        api_key: str | None = None, **overrides: Any) -> dict[str, Any]:
     """One benchmark; the check as a dict (status pass | fail | no-baseline | error, measured, thresholds).
 
     With ``confirm``, a regression against the baseline is measured once more and only a second regression
@@ -43,6 +43,8 @@ def run(router_url: str, model: str, baseline_file: Path, save: bool, confirm: b
     +28 % with nothing changed but the patch); a real regression is there in both runs. Lost requests and
     errors are never measured again."""
     s = replace(Settings(bench_requests=32), baseline_file=baseline_file, save_baseline=save, **overrides)
+    if api_key:  # the router's key (router.api_key), sent to its address only
+        client.set_bearer(router_url, api_key)
     check = _once(router_url, model, s)
     first = None
     if confirm and not save and _regression(check):

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 from pdfleet.errors import PdfleetError
 from pdfleet.fleet.canary import pair_canary
+from pdfleet.inventory import InventorySource
 from pdfleet.paths import DEFAULT_INVENTORY
 from pdfleet.rollout import plan as rollout_plan
 from pdfleet.rollout.collect import collect
 from pdfleet.rollout.health import DEFAULT_DEADLINE_S, apply_health, check_serving_pairs
+from pdfleet.routerkey import find_key
 from pdfleet.table import format_table
 
 
@@ -44,8 +45,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         q = sub.add_parser(name, help=text)
         q.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY, help="inventory (default: sim)")
         q.add_argument("--json", action="store_true", help="print JSON")
-        q.add_argument("--api-key-env", default="PDFLEET_ROUTER_API_KEY",
-                       help="environment variable holding the router's API key, if it has one")
         if name == "plan":
             q.add_argument("--serial", type=_serial, default=list(rollout_plan.DEFAULT_SERIAL),
                            help="batch sizes, as rollout.yml's pdfleet_rollout_serial (default 1,1)")
@@ -61,7 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _collect(args: argparse.Namespace) -> tuple[dict, list, str]:
-    plan, states, router_error = collect(args.inventory, os.environ.get(args.api_key_env) or None)
+    # the gateway's key: $PDFLEET_ROUTER_API_KEY, else the inventory's (pdfleet.routerkey)
+    plan, states, router_error = collect(args.inventory, find_key(None, InventorySource.of(args.inventory)))
     unreadable = [s.record_error for s in states if s.record_error]
     if router_error or unreadable:
         raise FleetUnreadable("; ".join([router_error, *unreadable]).strip("; "))

@@ -134,8 +134,8 @@ def refused_listing(router: str, status: int) -> str:
     """The config gate's failure for a router that refused its worker listing (its API key)."""
     return (f"router {router} refused its worker listing ({status}): it was started with an API key "
             "(router.api_key) and this run sent none or another. Fix: pass --api-key-file FILE (a 0600 file "
-            "holding the key, or an env file with PDFLEET_ROUTER_API_KEY=) or set $PDFLEET_ROUTER_API_KEY; "
-            "site.yml passes pdfleet_router_api_key (default: pdfleet_units_secrets.PDFLEET_ROUTER_API_KEY)")
+            "holding the key, or an env file with PDFLEET_ROUTER_API_KEY=) or set $PDFLEET_ROUTER_API_KEY; with "
+            "-i the key is read from the inventory's pdfleet_units_secrets.PDFLEET_ROUTER_API_KEY (Vault)")
 
 
 async def config_gate(target: Target, s: Settings) -> tuple[CheckResult, dict[str, dict[str, Any]]]:

@@ -24,7 +24,7 @@ from pdfleet.errors import PdfleetError
 from pdfleet.inventory_flags import add_inventory_arguments, source_from_args
 from pdfleet.paths import DEFAULT_INVENTORY
 from pdfleet.plandoc import read_plan_document
-from pdfleet.routerkey import router_key
+from pdfleet.routerkey import find_key
 from pdfleet.verify import client, journaldump, targets
 from pdfleet.verify.logs import FileLogs, JournalDirLogs, LogSource, SSHJournalLogs
 from pdfleet.verify.protocol import resume_with_journals, run_protocol
@@ -285,7 +285,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.defer_logs and (args.log_file or args.journal_dir):
         raise VerifyUsageError("--defer-logs reads no logs now; drop --log-file/--journal-dir")
     target = build_target(args)
-    key = router_key(args.api_key_file)
+    key = find_key(args.api_key_file, source_from_args(args) if args.inventory else None)
     if key:
         client.set_bearer(target.router_url, key)
     s = settings_from_args(args)

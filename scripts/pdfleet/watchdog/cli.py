@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import signal
 import sys
 import threading
@@ -107,7 +106,12 @@ def _runners(args: argparse.Namespace) -> tuple[Runner | None, frozenset[str] | 
 def cmd_run(args: argparse.Namespace) -> int:
     pairs, model, version, router_url = _cluster(args)
     journal_runner, journal_hosts, shell = _runners(args)
-    router = fleet.RouterClient(router_url, api_key=os.environ.get("PDFLEET_ROUTER_API_KEY") or None)
+    # the gateway's key: $PDFLEET_ROUTER_API_KEY (the deployed unit: the router's secrets file), else the inventory's
+    from pdfleet.inventory import InventorySource
+    from pdfleet.routerkey import find_key
+
+    router = fleet.RouterClient(router_url, api_key=find_key(
+        None, InventorySource.of(args.inventory) if args.plan is None else None))
     from pdfleet.watchdog.metrics import WatchdogMetrics
 
     metrics = WatchdogMetrics()
