@@ -19,6 +19,9 @@ from pdfleet.planner import Plan, Unit
 RESOLVED_FILE = Path(__file__).with_name("resolved.json")
 SCHEMA = "pdfleet-launchcheck/1"
 REGENERATE = "python -m pdfleet.launchcheck --write"
+# Environment SGLang's resolution never reads, left out of the key: UCX's TCP listening ports (the host firewall's
+# range, pdfleet.firewall) change no server setting.
+KEYLESS_ENV = frozenset({"UCX_TCP_PORT_RANGE"})
 
 
 def device_of(plan: Plan, unit: Unit) -> dict[str, Any]:
@@ -29,7 +32,8 @@ def device_of(plan: Plan, unit: Unit) -> dict[str, Any]:
 
 
 def unit_key(plan: Plan, unit: Unit) -> str:
-    data = {"sglang": str(plan.sglang["version"]), "argv": unit.exec_start, "env": unit.environment,
+    env = {k: v for k, v in unit.environment.items() if k not in KEYLESS_ENV}
+    data = {"sglang": str(plan.sglang["version"]), "argv": unit.exec_start, "env": env,
             "device": device_of(plan, unit)}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:20]
 
