@@ -1,6 +1,7 @@
 """The host firewall from the plan (pdfleet.firewall): who may reach each pdfleet port, for the shipped profiles
 and the sim fleet; the nftables text is byte-stable and passes `nft -c`; bad CIDRs are refused naming the field;
-`enabled: false` gives no rules; the pdfleet_firewall role's probe decides what differs."""
+`enabled: false` gives no rules; the pdfleet_firewall role's probe decides what differs; and, where root may make a
+throwaway network namespace, a loaded ruleset refuses a non-peer and leaves other ports alone."""
 
 from __future__ import annotations
 
@@ -246,3 +247,67 @@ def test_the_role_probe_decides_what_differs(probe, want: dict, found: dict, dif
     out = probe.differs({"want": want}, found)
     assert set(out) == set(probe.DIFFERS)
     assert {k for k, v in out.items() if v} == differ
+
+
+# Two throwaway network namespaces (unshare: gone when the script ends) joined by a veth pair: the sim fleet's node1
+# with its ruleset loaded and listeners on its ports, and the other side holding every other address.
+NETNS_SCRIPT = r"""
+set -e
+ip link set lo up
+unshare -n sleep 30 & peer=$!
+while [ "$(readlink /proc/$peer/ns/net)" = "$(readlink /proc/self/ns/net)" ]; do sleep 0.05; done
+ip link add vfa type veth peer name vfb
+ip link set vfb netns $peer
+ip addr add {me}/24 dev vfa
+ip link set vfa up
+ip route add {stranger}/32 dev vfa
+nsenter -t $peer -n sh -c 'ip link set lo up; ip link set vfb up
+  for a in {others}; do ip addr add $a/32 dev vfb; done; ip route add {me}/32 dev vfb'
+nft -f {ruleset}
+python3 - {ports} >/dev/null 2>&1 <<'PY' &
+import socket, sys, time
+socks = []
+for p in sys.argv[1:]:
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", int(p)))
+    s.listen(16); socks.append(s)
+open("{ready}", "w").close()
+time.sleep(20)
+PY
+listener=$!
+for _ in $(seq 100); do [ -e {ready} ] && break; sleep 0.1; done
+sleep 0.5
+nsenter -t $peer -n python3 - <<'PY'
+import socket
+for src, port in {probes}:
+    s = socket.socket(); s.settimeout(0.5); s.bind((src, 0))
+    try:
+        s.connect(("{me}", port)); print(src, port, "open")
+    except OSError:
+        print(src, port, "closed")
+PY
+kill $peer $listener
+"""
+
+
+def test_a_loaded_ruleset_refuses_non_peers_and_leaves_other_ports_alone(fleet: Plan, tmp_path: Path) -> None:
+    if not shutil.which("nft") or not shutil.which("unshare") or subprocess.run(
+            ["unshare", "-n", "nft", "list", "ruleset"], capture_output=True, check=False).returncode != 0:
+        pytest.skip("needs nft, unshare and CAP_NET_ADMIN (root) for a throwaway network namespace")
+    addr = {h: units[0].address for h, units in fleet.hosts.items()}
+    me, router, peer, operator = addr["node1"], addr["router1"], addr["node3"], "10.79.0.1"
+    (prefill,) = _units(fleet, "node1", "prefill")
+    worker, boot, nccl = prefill.ports["port"], prefill.ports["bootstrap_port"], prefill.ports["nccl_port"]
+    ucx, other = 40500, 22222  # inside the UCX range; a port that is not pdfleet's
+    expect = {(router, worker): "open", (operator, worker): "open", (peer, worker): "closed",
+              (NOT_A_PEER, worker): "closed", (peer, boot): "open", (NOT_A_PEER, boot): "closed",
+              (peer, ucx): "open", (router, ucx): "closed", (peer, nccl): "closed", (NOT_A_PEER, other): "open"}
+    ruleset = tmp_path / "node1.nft"
+    ruleset.write_text(firewall.render_nft(fleet, "node1"))
+    others = " ".join(sorted({router, peer, operator, addr["node2"], NOT_A_PEER}))
+    script = NETNS_SCRIPT.format(me=me, stranger=NOT_A_PEER, others=others, ruleset=ruleset, ready=tmp_path / "ready",
+                                 ports=" ".join(str(p) for p in sorted({worker, boot, nccl, ucx, other})),
+                                 probes=sorted(expect))
+    proc = subprocess.run(["unshare", "-n", "bash", "-c", script], capture_output=True, text=True, timeout=60,
+                          check=False)
+    found = {(src, int(port)): state for src, port, state in (line.split() for line in proc.stdout.splitlines())}
+    assert found == expect, proc.stdout + proc.stderr
