@@ -123,6 +123,23 @@ class NixlSpec:
     heartbeat_interval_s: float = 5.0
     heartbeat_max_failures: int = 2
     extra_env: dict[str, str] = field(default_factory=dict)
+    # UCX's TCP transport listens on a random port of this range (UCX_TCP_PORT_RANGE, "first-last"; UCX takes the
+    # part inside the host's net.ipv4.ip_local_port_range) instead of any ephemeral port, so the host firewall
+    # (pdfleet.firewall) can close it to all but the planned peers; "" leaves the choice to the kernel.
+    ucx_tcp_port_range: str = "40000-40999"
+
+
+@dataclass(frozen=True)
+class FirewallSpec:
+    """The host firewall (nftables) the plan renders for every host with pdfleet units (pdfleet.firewall)."""
+
+    enabled: bool = True
+    # CIDRs of the machines that run verification, `pdfleet ops` and Ansible: allowed to every pdfleet port.
+    operators: list[str] = field(default_factory=list)
+    # CIDRs allowed to the gateway's serving port (the gateway key protects it).
+    clients: list[str] = field(default_factory=lambda: ["0.0.0.0/0", "::/0"])
+    # CIDRs allowed to Prometheus and the metrics ports (the router's, the watchdog's).
+    scrapers: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -154,6 +171,7 @@ class ClusterSpec:
     cuda: CudaSpec = field(default_factory=CudaSpec)
     nixl: NixlSpec = field(default_factory=NixlSpec)
     service: ServiceSpec = field(default_factory=ServiceSpec)
+    firewall: FirewallSpec = field(default_factory=FirewallSpec)
 
 
 ROOT_VARIABLE = "pdfleet_cluster"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pdfleet.errors import PdfleetError
+from pdfleet.firewall import host_firewalls
 from pdfleet.launchcheck import store as launchstore
 from pdfleet.patch import roleinputs
 from pdfleet.paths import PACKAGE_DIR, REPO_ROOT, TEMPLATE_DIR
@@ -38,6 +39,8 @@ def plan_document(plan: Plan) -> dict[str, Any]:
         host: [{k: v for k, v in unit_context(u, plan).items() if k != "ansible_managed"} for u in units]
         for host, units in plan.hosts.items()
     }
+    # Each host's firewall: its allow-list and nftables ruleset (pdfleet.firewall; the pdfleet_firewall role's input).
+    doc["host_firewalls"] = host_firewalls(plan)
     doc["role_facts"] = {"record_name": RECORD_NAME, "model_manifest_name": MODEL_MANIFEST_NAME,
                          "driver_hold_regex": dict(CONSTANTS["driver_hold_regex"]),
                          "sglang_patch": roleinputs.patch_facts(str(plan.sglang["version"]))}

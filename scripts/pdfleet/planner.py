@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
-from pdfleet import valuerules
+from pdfleet import firewall, valuerules
 from pdfleet.clusterspec import ClusterSpec, InstanceSpec, parse_cluster
 from pdfleet.errors import PlanError, Problem
 from pdfleet.patch import manifest as patches
@@ -78,6 +78,8 @@ class Plan:
     # The router's settings (the inventory's router section with the model's defaults): the drain timeout the
     # pruning and the rollout wait for, its ports and policies.
     router: dict[str, object] = field(default_factory=dict)
+    # The host firewall's settings (pdfleet_cluster.firewall); pdfleet.firewall makes each host's rules from them.
+    firewall: dict[str, object] = field(default_factory=dict)
 
     def units(self) -> list[Unit]:
         return [u for units in self.hosts.values() for u in units]
@@ -133,6 +135,7 @@ def check_rules(
     problems += _check_hardware_limits(c)
     problems += _check_ucx_tls(c)
     problems += valuerules.check_values(c, inventory_hosts)
+    problems += firewall.check_firewall(c, inventory_hosts)
     return problems
 
 
@@ -518,6 +521,7 @@ def _plan(c: ClusterSpec, inventory_hosts: Mapping[str, str]) -> Plan:
         host_specs={name: asdict(spec) for name, spec in c.hosts.items()},
         hardware_facts=_applied_facts(c, facts),
         router=asdict(c.router),
+        firewall=asdict(c.firewall),
     )
 
 
@@ -548,6 +552,8 @@ def _worker_unit(c: ClusterSpec, inst: InstanceSpec, address: str, hw: patches.H
                 "UCX_TLS": c.nixl.ucx_tls}
         if c.nixl.ucx_net_devices:
             env["UCX_NET_DEVICES"] = c.nixl.ucx_net_devices
+        if c.nixl.ucx_tcp_port_range:  # UCX's TCP listening ports, which the host firewall opens to peers only
+            env[firewall.UCX_PORT_RANGE_ENV] = c.nixl.ucx_tcp_port_range
         env |= c.nixl.extra_env
     argv += c.model.server_args + inst.extra_args
     role_word = {"prefill": "prefill", "decode": "decode", "mono": "monolithic"}[inst.role]

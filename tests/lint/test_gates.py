@@ -18,6 +18,7 @@ ROLES = REPO_ROOT / "ansible" / "roles"
 GATES = [
     ("pdfleet_watchdog", "apply.yml", "__pdfleet_watchdog_differs", None),
     ("pdfleet_monitoring", "apply.yml", "__pdfleet_monitoring_differs", None),
+    ("pdfleet_firewall", "apply.yml", "__pdfleet_firewall_differs", None),
     ("nixl", "apply.yml", "__nixl_differs", None),
     ("cuda_toolkit", "apply.yml", "__cuda_toolkit_differs", None),
     ("sglang", "apply.yml", "__sglang_differs", None),

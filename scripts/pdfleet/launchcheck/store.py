@@ -19,6 +19,9 @@ from pdfleet.planner import Plan, Unit, without_key_shim
 RESOLVED_FILE = Path(__file__).with_name("resolved.json")
 SCHEMA = "pdfleet-launchcheck/1"
 REGENERATE = "python -m pdfleet.launchcheck --write"
+# Environment SGLang's resolution never reads, left out of the key: UCX's TCP listening ports (the host firewall's
+# range, pdfleet.firewall) change no server setting.
+KEYLESS_ENV = frozenset({"UCX_TCP_PORT_RANGE"})
 
 
 def device_of(plan: Plan, unit: Unit) -> dict[str, Any]:
@@ -29,8 +32,10 @@ def device_of(plan: Plan, unit: Unit) -> dict[str, Any]:
 
 
 def unit_key(plan: Plan, unit: Unit) -> str:
-    # the command line without a key shim (a key changes no setting SGLang resolves)
-    data = {"sglang": str(plan.sglang["version"]), "argv": without_key_shim(unit.exec_start), "env": unit.environment,
+    # the command line without a key shim (a key changes no setting SGLang resolves), the environment without
+    # what changes none either (KEYLESS_ENV)
+    env = {k: v for k, v in unit.environment.items() if k not in KEYLESS_ENV}
+    data = {"sglang": str(plan.sglang["version"]), "argv": without_key_shim(unit.exec_start), "env": env,
             "device": device_of(plan, unit)}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:20]
 
