@@ -106,8 +106,9 @@ def _revision_problems(c: ClusterSpec) -> list[Problem]:
         return []
     default = " (the default)" if m.revision == "main" else ""
     return [Problem("pdfleet_cluster.model.revision",
-                    f"{short(m.revision)}{default} is not a commit hash: a branch or tag of {short_name(m.name, 80)} moves, so a later "
-                    "download can bring other weights and other model code (run with --trust-remote-code)",
+                    f"{short(m.revision)}{default} is not a commit hash: a branch or tag of {short_name(m.name, 80)} "
+                    "moves, so a later download can bring other weights and other model code (run with "
+                    "--trust-remote-code)",
                     "set it to the 40-hex commit you validated (lowercase, as the hub's history of the model lists "
                     "it), or set pdfleet_cluster.model.allow_branch_revision: true to accept a moving name "
                     "explicitly")]
