@@ -77,11 +77,14 @@ class ModelSpec:
 
     name: str
     path: str
+    # hub: the 40-hex commit to download (pdfleet.valuerules refuses a branch or tag unless allow_branch_revision)
     revision: str = "main"
     source: ModelSource = "hub"  # hub: download (token from Vault); mirror: copy from mirror_path; standin: sim
     mirror_path: str = ""
     served_name: str = ""
     server_args: list[str] = field(default_factory=list)
+    # true: accept a moving hub revision (a branch or tag: each download may bring other weights and model code)
+    allow_branch_revision: bool = False
 
 
 @dataclass(frozen=True)

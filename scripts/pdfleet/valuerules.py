@@ -3,8 +3,9 @@
 The inventory is trusted input (as Ansible trusts it), but a stray value must never become a directive, a path
 outside its place or a privilege: names that become file and unit names are plain words, directories are
 absolute and none of the system's own, the service user is not root or a system account, environment names
-are names (and never the dynamic loader's), and host addresses are addresses. Each rule gives a Problem
-naming the field and the fix; the planner runs them with its other rules (pdfleet.planner.check_rules).
+are names (and never the dynamic loader's), host addresses are addresses, and a downloaded model's revision is a
+commit. Each rule gives a Problem naming the field and the fix; the planner runs them with its other rules
+(pdfleet.planner.check_rules).
 Control characters and number ranges are refused while parsing (pdfleet.clusterspec).
 """
 
@@ -28,6 +29,8 @@ ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}")
 ENV_QUOTING = re.compile(r"[\\\"']")
 # The dynamic loader's variables run code in every process of the unit before SGLang does.
 LOADER_ENV = re.compile(r"LD_\w*")
+# A git commit as the hub names it (the model's revision, `source: hub`): 40 lowercase hex digits.
+COMMIT = re.compile(r"[0-9a-f]{40}")
 # Accounts a Debian or Ubuntu system has, and uid 0's name: never the service user.
 SYSTEM_USERS = frozenset({"root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp",
                           "proxy", "www-data", "backup", "list", "irc", "gnats", "nobody", "sshd", "messagebus",
@@ -90,7 +93,25 @@ def check_values(c: ClusterSpec, inventory_hosts: Mapping[str, str]) -> list[Pro
         elif LOADER_ENV.fullmatch(key):
             out.append(Problem(path, "is a dynamic loader variable: it would load code into every worker before "
                                "SGLang", "remove it (install libraries where the loader finds them)"))
+    out += _revision_problems(c)
     return out
+
+
+def _revision_problems(c: ClusterSpec) -> list[Problem]:
+    """A hub model pinned by a moving name: a branch or tag (the default "main") can bring other weights, and other
+    code that the workers run with --trust-remote-code, at every download; only a commit is the revision someone
+    validated. Mirror and stand-in sources download nothing."""
+    m = c.model
+    if m.source != "hub" or m.allow_branch_revision or COMMIT.fullmatch(m.revision):
+        return []
+    default = " (the default)" if m.revision == "main" else ""
+    return [Problem("pdfleet_cluster.model.revision",
+                    f"{short(m.revision)}{default} is not a commit hash: a branch or tag of {short_name(m.name, 80)} "
+                    "moves, so a later download can bring other weights and other model code (run with "
+                    "--trust-remote-code)",
+                    "set it to the 40-hex commit you validated (lowercase, as the hub's history of the model lists "
+                    "it), or set pdfleet_cluster.model.allow_branch_revision: true to accept a moving name "
+                    "explicitly")]
 
 
 def _directory_problem(value: str) -> str:

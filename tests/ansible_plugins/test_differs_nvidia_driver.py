@@ -25,6 +25,9 @@ DIR = {"mode": "0755", "owner": "root", "group": "root"}
 FILE = {"mode": "0644", "owner": "root", "group": "root"}
 SHA = {name: hashlib.sha256(name.encode()).hexdigest() for name in ("key", "source", "pin", "blacklist", "other")}
 PACKAGES = ["nvidia-open", "nvidia-driver", "nvidia-smi"]
+# Two keys of ours (tests/ansible_plugins/keys, made with gpg for these tests), their fingerprints as gpg printed them.
+KEYS = Path(__file__).parent / "keys"
+PINNED, OTHER = "9ADA96DDE3ECAD689B1003FD3F249C24329882AC", "94B2BEF66383A1890AC4A9C553D8488F3B18D937"
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +46,7 @@ def _cfg() -> dict:
                   "source": {"path": "/etc/apt/sources.list.d/s.sources", "state": FILE | {"sha256": SHA["source"]}},
                   "pin": {"path": "/etc/apt/preferences.d/p.pref", "state": FILE},
                   "blacklist": {"path": "/etc/modprobe.d/b.conf", "state": FILE | {"sha256": SHA["blacklist"]}}},
-        "pin_sha256": {"Debian": SHA["pin"], "Ubuntu": SHA["other"]}}}
+        "pin_sha256": {"Debian": SHA["pin"], "Ubuntu": SHA["other"]}, "key_fingerprint": PINNED}}
 
 
 def _converged() -> dict:
@@ -63,7 +66,9 @@ def _converged() -> dict:
                   "/etc/apt/sources.list.d/s.sources": FILE | {"sha256": SHA["source"]},
                   "/etc/apt/preferences.d/p.pref": FILE | {"sha256": SHA["pin"]},
                   "/etc/modprobe.d/b.conf": FILE | {"sha256": SHA["blacklist"]}},
-        "key": {"content": "key", "sha256": SHA["key"], "error": ""},
+        "key": {"content": "key", "sha256": SHA["key"], "error": "", "fingerprints": [PINNED],
+                "fingerprint_error": ""},
+        "installed_key": {"fingerprints": [PINNED], "fingerprint_error": ""},
         "module_version": VERSION, "unit": {"enabled": "enabled", "active": "active"},
     }
 
@@ -98,7 +103,12 @@ BAD: dict[str, list[Callable[[dict], None]]] = {
             _set("files>/etc/apt/keyrings/k.asc", FILE | {"sha256": SHA["other"]}),  # a rotated key
             _set("files>/etc/apt/keyrings/k.asc", FILE | {"sha256": SHA["key"], "owner": "nobody"}),
             _set("key", {"content": None, "error": "http://x/k.pub: HTTP Error 404"}),  # not downloadable
-            _drop("key")],
+            _drop("key"),
+            # an installed keyring of another key (or of none readable), even when it is what the host had
+            _set("installed_key", {"fingerprints": [OTHER], "fingerprint_error": ""}),
+            _set("installed_key", {"fingerprints": [PINNED, OTHER], "fingerprint_error": ""}),
+            _set("installed_key", {"fingerprints": [], "fingerprint_error": "no ASCII-armoured OpenPGP public key"}),
+            _set("installed_key", None)],
     "source": [_set("files>/etc/apt/sources.list.d/s.sources", None),
                _set("files>/etc/apt/sources.list.d/s.sources", FILE | {"sha256": SHA["other"]})],
     "pin": [_set("files>/etc/apt/preferences.d/p.pref", None),
@@ -204,7 +214,15 @@ def test_the_whole_probe_reports_differs_for_files_on_disk(tmp_path: Path) -> No
     headers = "linux-headers-" + facts["kernel"] not in out["packages"]
     assert out["differs"] == dict.fromkeys(module.DIFFERS, False) | {"headers": headers}, out["differs"]
     assert out["differs"] == module.differs(settings, out)
+    assert out["key"]["fingerprints"] == out["installed_key"]["fingerprints"] == [PINNED]
+    assert out["key_refusal"] == ""
     assert out["persistenced_differs"] is False  # not wanted here
+    # the served key replaced by another key: refused, naming both fingerprints; the installed one still matches
+    paths["served"].write_text((KEYS / "key-b.asc").read_text())
+    out = run_probe("nvidia_driver", settings)
+    assert out["differs"]["key"] is True and out["installed_key"]["fingerprints"] == [PINNED]
+    assert OTHER in out["key_refusal"] and PINNED in out["key_refusal"], out["key_refusal"]
+    paths["served"].write_text((KEYS / "key-a.asc").read_text())
     # drift: every file and directory gone or changed, the key rotated, the package of the hold pattern not held
     for name in ("key.asc", "source", "pin"):
         (tmp_path / "etc" / name).unlink()
@@ -228,7 +246,7 @@ def _whole_files(tmp_path: Path, owner: str, group: str) -> dict[str, Path]:
     paths = {"key": etc / "key.asc", "served": tmp_path / "served.pub", "source": etc / "source", "pin": etc / "pin",
              "blacklist": etc / "modprobe.d" / "b.conf"}
     for name, path in paths.items():
-        path.write_text(f"{'key' if name in ('key', 'served') else name} content\n")
+        path.write_text((KEYS / "key-a.asc").read_text() if name in ("key", "served") else f"{name} content\n")
         path.chmod(0o644)
     return paths
 
@@ -262,7 +280,7 @@ def _whole_settings(tmp_path: Path, by_distribution: dict, version: str, owner: 
                       "source": {"path": str(paths["source"]), "state": file | {"sha256": sha("source")}},
                       "pin": {"path": str(paths["pin"]), "state": file},
                       "blacklist": {"path": str(paths["blacklist"]), "state": file | {"sha256": sha("blacklist")}}},
-            "pin_sha256": {name: sha("pin") for name in by_distribution}}}
+            "pin_sha256": {name: sha("pin") for name in by_distribution}, "key_fingerprint": PINNED}}
 
 
 def test_the_probe_prints_differs_as_json_data(tmp_path: Path) -> None:

@@ -14,6 +14,8 @@ from typing import Any
 import yaml
 
 SHAPES = (2, 8)
+# The model's hub commit, as inventory/examples pin it (a branch name is refused).
+REVISION = "60d8d70770c6776ff598c94bb586a859a38244f1"
 
 
 def host_name(i: int) -> str:
@@ -49,7 +51,7 @@ def fleet_cluster(hosts: int, per_host: int = 2) -> dict[str, Any]:
         "instances": instances,
         "router": {"host": names[0], "port": 8000},
         "model": {"name": "deepseek-ai/DeepSeek-V4-Flash", "path": "/srv/models/DeepSeek-V4-Flash",
-                  "server_args": ["--trust-remote-code"]},
+                  "revision": REVISION, "server_args": ["--trust-remote-code"]},
         "sglang": {"version": "0.5.15.post1", "patch": "nixl-abort-v2"},
         "nixl": {"ucx_tls": "cuda_ipc,cuda_copy,rc,tcp", "ucx_net_devices": "mlx5_0:1"},
     }

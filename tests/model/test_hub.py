@@ -85,7 +85,9 @@ def run_role(hf: Path, hub: HubServer, dest: Path, tmp: Path, *args: str, token:
     evars = {**plan_inputs("model"), "ansible_python_interpreter": sys.executable, "model_path": str(dest),
              "model_owner": OWNER,
              "model_group": GROUP, "model_source": "hub", "model_hub_repo": REPO_ID, "model_hf_cli": str(hf),
-             "model_hub_endpoint": hub.url, "model_hf_token": token, "model_hub_poll_s": 1, **extra}
+             "model_hub_endpoint": hub.url, "model_hf_token": token, "model_hub_poll_s": 1,
+             "model_hub_revision": "main",  # the test hub's branch (the examples' plan pins a commit it lacks)
+             **extra}
     secrets = tmp / "secrets.json"
     secrets.write_text(json.dumps(evars))
     secrets.chmod(0o600)

@@ -71,7 +71,8 @@ def run_role(host: tuple[SimCluster, SimHost], hub: HubServer, tmp: Path, token:
     inventory.write_text(json.dumps({"all": {"hosts": {node.name: cluster.ansible_host_vars(node)}}}))
     evars = {**plan_inputs("model"), "model_path": MODEL, "model_source": "hub", "model_hub_repo": REPO_ID,
              "model_hf_cli": f"{VENV}/bin/hf",
-             "model_hub_endpoint": hub.url, "model_hf_token": token, "model_hub_poll_s": 1}
+             "model_hub_endpoint": hub.url, "model_hf_token": token, "model_hub_poll_s": 1,
+             "model_hub_revision": "main"}  # the test hub's branch (the examples' plan pins a commit it lacks)
     secrets = tmp / "secrets.json"
     secrets.write_text(json.dumps(evars))
     secrets.chmod(0o600)

@@ -94,6 +94,7 @@ def plan_at(source: InventorySource | str | Path, version: str) -> Plan:
     model = dict(raw.get("model") or {})
     if model.get("source") == "standin":  # the stand-in is refused with the production launcher; no flag depends on it
         model["source"] = "hub"
+        model.setdefault("allow_branch_revision", True)  # nor on the revision, which a stand-in never pins
     raw["model"] = model
     return build_plan(raw, inv.hosts, patches, source=inv.source.describe())
 

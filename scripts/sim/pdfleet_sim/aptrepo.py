@@ -69,6 +69,10 @@ ARCH_DIR = "x86_64"
 DISTRO_REVISIONS: dict[str, str] = {"debian12": "-1", "ubuntu2204": "-0ubuntu1", "ubuntu2404": "-0ubuntu1"}
 DISTRO_PATH = f"debian12/{ARCH_DIR}"  # the sim inventories' hosts report Debian 12 unless pdfleet_sim_os says else
 KEY_NAME = "pdfleet-sim-archive-key.asc"
+# The served key's fingerprint, written into the sim cluster's state directory by `ensure` (never served): the sim
+# inventories pin the nvidia_driver role to it (nvidia_driver_cuda_repo_key_fingerprint, a file lookup on the
+# control machine), as a production inventory pins NVIDIA's. The key is made per build of the repository.
+KEY_FINGERPRINT_FILE = "aptrepo-key.fingerprint"
 PIP_DIR = "pip"
 HARDWARE_DIR = "sim-hardware"
 PID_FILE = "aptrepo.pid"
@@ -523,6 +527,35 @@ def _sign(repos: Sequence[Path]) -> None:
         shutil.rmtree(home, ignore_errors=True)
 
 
+def key_fingerprint(www: Path) -> str:
+    """The fingerprint of the repository's served key (www/<DISTRO_PATH>/KEY_NAME), as gpg reads it (the primary
+    key's, 40 upper-case hex digits; every distribution's path serves the same key)."""
+    home = Path(tempfile.mkdtemp(prefix="pdfleet-gpg-"))
+    home.chmod(0o700)
+    try:
+        rows = _gpg(home, "--with-colons", "--import-options", "show-only", "--import",
+                    str(www / DISTRO_PATH / KEY_NAME)).splitlines()
+    finally:
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"], check=False, capture_output=True)
+        shutil.rmtree(home, ignore_errors=True)
+    # the first fpr row follows the primary key's pub row (subkeys' follow their sub rows)
+    fprs = [r.split(":")[9] for r in rows if r.startswith("fpr:")]
+    if not fprs or not rows[0].startswith("pub:"):
+        raise SimError(f"{www / DISTRO_PATH / KEY_NAME}: gpg found no public key in it")
+    return fprs[0].upper()
+
+
+def record_key_fingerprint(state_dir: Path, www: Path) -> str:
+    """Write the served key's fingerprint to <state_dir>/KEY_FINGERPRINT_FILE (what the sim inventories pin)."""
+    fingerprint = key_fingerprint(www)
+    path = state_dir / KEY_FINGERPRINT_FILE
+    if not path.is_file() or path.read_text().strip() != fingerprint:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(fingerprint + "\n")
+        tmp.replace(path)
+    return fingerprint
+
+
 # ---------------------------------------------------------------- wheels
 
 
@@ -640,6 +673,7 @@ def ensure_built(cache_dir: Path = DEFAULT_CACHE_DIR) -> Path:
 class Served:
     url: str  # the apt repository (NVIDIA's layout: .../debian12/x86_64; .../ubuntu2204/x86_64 beside it, ...)
     key_url: str
+    key_fingerprint: str  # the served key's, also in <state_dir>/KEY_FINGERPRINT_FILE
     pip_url: str
     hardware_url: str
     pid: int
@@ -681,9 +715,11 @@ def ensure(state_dir: Path, bridge: str, bind: str, port: int = DEFAULT_PORT,
     if not Path("/sys/class/net", bridge).exists():
         raise SimError(f"bridge {bridge} does not exist; start the sim hosts first (pdfleet sim up)")
     www = ensure_built(cache_dir)
+    fingerprint = record_key_fingerprint(state_dir, www)
     base = f"http://{bind}:{port}"
     urls = {"url": f"{base}/{DISTRO_PATH}", "key_url": f"{base}/{DISTRO_PATH}/{KEY_NAME}",
-            "pip_url": f"{base}/{PIP_DIR}/", "hardware_url": f"{base}/{HARDWARE_DIR}", "root": str(www)}
+            "key_fingerprint": fingerprint, "pip_url": f"{base}/{PIP_DIR}/",
+            "hardware_url": f"{base}/{HARDWARE_DIR}", "root": str(www)}
     known = _read_pid(state_dir)
     if known is not None:
         pid, data = known
