@@ -2,7 +2,8 @@
 
 One job: per host with planned units, the allow-list (each pdfleet port and the source networks allowed to it)
 and its ruleset text. The ruleset is a table of its own (``table inet pdfleet``) whose one input chain (policy
-accept) accepts the allowed sources of each listed port and drops the rest of that port's traffic: every other
+accept) accepts the allowed sources of each listed port and refuses the rest of that port's connections (a TCP
+reset: the client is told at once, as by a closed port, instead of waiting for a time-out): every other
 port and service of the host (SSH among them) is left to the host's own rules, loopback is always allowed, and
 replies to connections the host itself opened pass (an ephemeral local port may fall inside a listed range).
 
@@ -219,7 +220,7 @@ def _render(host: str, rules: list[Allow]) -> str:
             lines.append(f"\t\ttcp dport {port} ip saddr {{ {', '.join(v4)} }} accept")
         if v6:
             lines.append(f"\t\ttcp dport {port} ip6 saddr {{ {', '.join(v6)} }} accept")
-        lines.append(f"\t\ttcp dport {port} drop")
+        lines.append(f"\t\ttcp dport {port} reject with tcp reset")
     lines += ["\t}", "}", ""]
     return "\n".join(lines)
 

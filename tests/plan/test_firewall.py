@@ -282,8 +282,10 @@ for src, port in {probes}:
     s = socket.socket(); s.settimeout(0.5); s.bind((src, 0))
     try:
         s.connect(("{me}", port)); print(src, port, "open")
+    except ConnectionRefusedError:
+        print(src, port, "refused")
     except OSError:
-        print(src, port, "closed")
+        print(src, port, "timeout")
 PY
 kill $peer $listener
 """
@@ -298,9 +300,9 @@ def test_a_loaded_ruleset_refuses_non_peers_and_leaves_other_ports_alone(fleet: 
     (prefill,) = _units(fleet, "node1", "prefill")
     worker, boot, nccl = prefill.ports["port"], prefill.ports["bootstrap_port"], prefill.ports["nccl_port"]
     ucx, other = 40500, 22222  # inside the UCX range; a port that is not pdfleet's
-    expect = {(router, worker): "open", (operator, worker): "open", (peer, worker): "closed",
-              (NOT_A_PEER, worker): "closed", (peer, boot): "open", (NOT_A_PEER, boot): "closed",
-              (peer, ucx): "open", (router, ucx): "closed", (peer, nccl): "closed", (NOT_A_PEER, other): "open"}
+    expect = {(router, worker): "open", (operator, worker): "open", (peer, worker): "refused",
+              (NOT_A_PEER, worker): "refused", (peer, boot): "open", (NOT_A_PEER, boot): "refused",
+              (peer, ucx): "open", (router, ucx): "refused", (peer, nccl): "refused", (NOT_A_PEER, other): "open"}
     ruleset = tmp_path / "node1.nft"
     ruleset.write_text(firewall.render_nft(fleet, "node1"))
     others = " ".join(sorted({router, peer, operator, addr["node2"], NOT_A_PEER}))

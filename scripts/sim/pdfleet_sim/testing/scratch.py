@@ -37,6 +37,10 @@ def scratch_inventory(root: Path, net: int, source: Path = DEFAULT_INVENTORY) ->
     sim_file = inventory / "group_vars" / "all" / "sim.yml"
     sim = yaml.safe_load(sim_file.read_text())
     state_dir = root / "state"
+    # the control machine is the new bridge's gateway: the firewall's operators and scrapers follow it
+    old_gateway, gateway = str(sim["pdfleet_sim"]["gateway"]), f"10.{net}.0.1"
+    cluster_file = inventory / "group_vars" / "all" / "cluster.yml"
+    cluster_file.write_text(cluster_file.read_text().replace(f"{old_gateway}/32", f"{gateway}/32"))
     sim["pdfleet_sim"].update(bridge=f"pdfsc{net}", cidr=f"10.{net}.0.0/24", gateway=f"10.{net}.0.1",
                               state_dir=str(state_dir))
     sim["ansible_ssh_common_args"] = f"-F {state_dir / 'ssh_config'}"  # written out, as in inventory/sim

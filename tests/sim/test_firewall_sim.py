@@ -1,0 +1,132 @@
+"""The host firewall and the gateway key on the converged one-host sim, tried from a stranger: a network namespace
+this test attaches to the sim's bridge with an address no plan names (not a peer, not the gateway, not an
+operator). From there:
+
+- the worker ports, the prefill's bootstrap port, the router's metrics port and Prometheus are refused, while the
+  same ports answer the control machine (the inventory's operator): the firewall, not a closed port, refuses them;
+- a UCX port (a listener this test opens on node1 inside nixl.ucx_tcp_port_range) is refused to the stranger and
+  to the operator (only the planned peers, here the host itself, may reach it) and reached from node1 itself;
+- the gateway's port is open (its clients: anyone), and POST /workers without the key is 401: nobody without the
+  key adds a worker of theirs.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from pdfleet.inventory_plan import plan_inventory
+from simcluster import ScratchCluster
+
+pytestmark = [pytest.mark.sim]
+
+UCX_PORT = 40500  # inside the sim's nixl.ucx_tcp_port_range (40000-40999, the default)
+LISTENER = ("import socket,time;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
+            f"s.bind(('0.0.0.0',{UCX_PORT}));s.listen(8);time.sleep(120)")
+PROBE = """
+import json, socket, sys
+out = {}
+for host, port in json.loads(sys.argv[1]):
+    s = socket.socket(); s.settimeout(3)
+    try:
+        s.connect((host, port)); out[f"{host}:{port}"] = "open"
+    except ConnectionRefusedError:
+        out[f"{host}:{port}"] = "refused"
+    except OSError as e:
+        out[f"{host}:{port}"] = f"error {e}"
+    finally:
+        s.close()
+print(json.dumps(out))
+"""
+
+
+def _run(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True, text=True, timeout=30)
+
+
+@pytest.fixture
+def stranger(converged: ScratchCluster) -> Iterator[tuple[str, str]]:
+    """(netns name, address): a namespace on the cluster's bridge at the subnet's .250."""
+    sim = yaml.safe_load((converged.inventory / "group_vars" / "all" / "sim.yml").read_text())["pdfleet_sim"]
+    net = ipaddress.ip_network(sim["cidr"])
+    address = str(net.network_address + 250)
+    name, host_end = f"pdfst{os.getpid() % 100000}", f"pdfsv{os.getpid() % 100000}"
+    _run("ip", "netns", "add", name)
+    try:
+        _run("ip", "link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", name)
+        _run("ip", "link", "set", host_end, "master", sim["bridge"], "up")
+        _run("ip", "-n", name, "addr", "add", f"{address}/{net.prefixlen}", "dev", "eth0")
+        _run("ip", "-n", name, "link", "set", "eth0", "up")
+        _run("ip", "-n", name, "link", "set", "lo", "up")
+        yield name, address
+    finally:
+        subprocess.run(["ip", "link", "del", host_end], capture_output=True, check=False)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+
+
+def _probe(targets: list[tuple[str, int]], netns: str | None = None) -> dict[str, str]:
+    argv = [sys.executable, "-c", PROBE, json.dumps(targets)]
+    if netns:
+        argv = ["ip", "netns", "exec", netns, *argv]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(proc.stdout)
+
+
+def test_a_stranger_on_the_network_is_refused_everything_but_the_keyed_gateway(
+        converged: ScratchCluster, stranger: tuple[str, str]) -> None:
+    netns, address = stranger
+    plan = plan_inventory(converged.inventory)
+    units = {u.role: u for u in plan.units()}
+    node1 = converged.address
+    closed = [(node1, units["prefill"].ports["port"]), (node1, units["decode"].ports["port"]),
+              (node1, units["prefill"].ports["bootstrap_port"]), (node1, units["router"].ports["metrics_port"]),
+              (node1, 9090)]
+    gateway = (node1, units["router"].ports["port"])
+    listener = subprocess.Popen(["ssh", "-F", str(converged.state_dir / "ssh_config"), "node1",
+                                 f"timeout 60 python3 -c \"{LISTENER}\""], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    try:
+        local = ""
+        for _ in range(30):
+            local = converged.ssh(f"python3 -c \"import socket;socket.create_connection(('{node1}',{UCX_PORT}),3);"
+                                  "print('open')\" 2>&1 | tail -1").stdout.strip()
+            if local == "open":
+                break
+            time.sleep(0.5)
+        seen_by_stranger = _probe([*closed, (node1, UCX_PORT), gateway], netns)
+        seen_by_operator = _probe([*closed, (node1, UCX_PORT), gateway])
+    finally:
+        listener.kill()
+    key = lambda t: f"{t[0]}:{t[1]}"  # noqa: E731
+    assert local == "open", f"node1 could not reach its own UCX listener: {local}"
+    assert {key(t): seen_by_operator[key(t)] for t in closed} == {key(t): "open" for t in closed}, seen_by_operator
+    assert {key(t): seen_by_stranger[key(t)] for t in closed} == {key(t): "refused" for t in closed}, (
+        f"from {address}: {seen_by_stranger}")
+    assert seen_by_stranger[key((node1, UCX_PORT))] == "refused" == seen_by_operator[key((node1, UCX_PORT))]
+    assert seen_by_stranger[key(gateway)] == "open" == seen_by_operator[key(gateway)]
+    post = ("import urllib.request,urllib.error\ntry:\n urllib.request.urlopen(urllib.request.Request("
+            f"'{converged.router_url}/workers',data=b'{{\"url\": \"http://{address}:30000\"}}',"
+            "headers={'Content-Type':'application/json'}),timeout=10);print(200)\n"
+            "except urllib.error.HTTPError as e:\n print(e.code)")
+    added = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", post], capture_output=True,
+                           text=True, timeout=60, check=True).stdout.strip()
+    assert added == "401", f"POST /workers without the key from {address}: {added}"
+
+
+def test_the_probe_tells_a_refusal_from_an_open_port(tmp_path: Path) -> None:
+    """The probe above is not blind: a listening loopback port reads open, a closed one refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        found = _probe([("127.0.0.1", port), ("127.0.0.1", 1)])
+    assert found == {f"127.0.0.1:{port}": "open", "127.0.0.1:1": "refused"}
