@@ -188,8 +188,13 @@ class Inventory:
         from ansible.errors import AnsibleError
         from ansible.inventory.manager import InventoryManager
         from ansible.parsing.dataloader import DataLoader
+        from ansible.utils.collection_loader import AnsibleCollectionConfig
         from ansible.vars.manager import VariableManager
 
+        if AnsibleCollectionConfig.collection_finder is None:  # what ansible's own CLIs do first: without it no
+            from ansible.plugins.loader import init_plugin_loader  # plugin by FQCN (a lookup in a variable) loads
+
+            init_plugin_loader()
         for p in self.source.paths:
             if not p.exists():
                 raise InventoryError(f"{p}: inventory not found (pass -i with an inventory directory or file)")

@@ -291,3 +291,19 @@ def test_keygen_pipes_a_new_key_and_never_shows_one_on_a_terminal(capsys: pytest
     err = capsys.readouterr().err
     name = routerkey.ENV_NAME
     assert f"pdfleet keygen {name} | ansible-vault encrypt_string --stdin-name {name}" in err
+
+
+def test_a_key_the_inventory_generates_with_a_lookup_is_found_by_a_fresh_command(tmp_path: Path) -> None:
+    """The sim inventories' way (Ansible's password lookup by its full name, generating a 0600 file on first use),
+    read by a new process as a pdfleet command would: the collection loader is set up before templating."""
+    keyfile = tmp_path / "state" / "router-api-key"
+    inv = _inventory(tmp_path, "pdfleet_units_secrets:\n  PDFLEET_ROUTER_API_KEY: \"{{ lookup('ansible.builtin."
+                     f"password', '{keyfile}', chars=['ascii_letters', 'digits'], length=40) }}}}\"\n")
+    code = ("from pdfleet.inventory import InventorySource; from pdfleet.routerkey import find_key; "
+            f"print(find_key(None, InventorySource.of({str(inv)!r})))")
+    env = {k: v for k, v in os.environ.items() if k != routerkey.ENV_NAME}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
+                          env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == keyfile.read_text().strip() and len(proc.stdout.strip()) == 40
+    assert keyfile.stat().st_mode & 0o777 == 0o600
