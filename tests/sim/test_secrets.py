@@ -150,7 +150,7 @@ def exercise(cluster: ScratchCluster, hub: HubServer, tmp: Path) -> Evidence:
     model_path = _model_path(cluster)
     _ssh(cluster, f"rm -rf {model_path}")  # the stand-in goes: the hub download must run
     cluster.set_model("router", api_key=True)
-    cluster.set_model("model", source="hub")
+    cluster.set_model("model", source="hub", allow_branch_revision=True)  # the test hub serves its branch main
     extra = tmp / "secrets.json"  # -e @file: the values never reach a command line on the control machine
     extra.touch(mode=0o600)
     extra.write_text(json.dumps({"model_hf_token": HF_CANARY, "model_hub_endpoint": hub.url, "model_hub_poll_s": 1,
@@ -163,16 +163,20 @@ def exercise(cluster: ScratchCluster, hub: HubServer, tmp: Path) -> Evidence:
     hold = hub.hold(BIG, after=MIB)
     download_seen: list[str] = []
 
+    finished = threading.Event()  # the playbook ended: a download that never reached the hub will not now
+
     def watch_download() -> None:
         """While the hub holds the weight file, wait until the host's sampler saw `hf download` running."""
-        if hold.arrived.wait(1500):
-            try:
-                download_seen.append(wait_for(
-                    "hf download in node1's ps samples",
-                    lambda: [ln for ln in _ssh(cluster, f"cat {SEEN}").splitlines() if " download " + REPO_ID in ln],
-                    60)[0])
-            finally:
-                hold.release.set()
+        while not hold.arrived.wait(2):
+            if finished.is_set():
+                return
+        try:
+            download_seen.append(wait_for(
+                "hf download in node1's ps samples",
+                lambda: [ln for ln in _ssh(cluster, f"cat {SEEN}").splitlines() if " download " + REPO_ID in ln],
+                60)[0])
+        finally:
+            hold.release.set()
 
     watcher = threading.Thread(target=watch_download)
     watcher.start()
@@ -181,6 +185,7 @@ def exercise(cluster: ScratchCluster, hub: HubServer, tmp: Path) -> Evidence:
         with LocalSampler() as local:
             proc = cluster.playbook(SITE, "-vvv", "-e", f"@{extra}", check=False)
     finally:
+        finished.set()
         hold.release.set()
         watcher.join()
         _ssh(cluster, f"touch {SEEN}.stop")

@@ -52,6 +52,10 @@ CLUSTER_FILE = "cluster.json"
 KEY_NAME = "id_ed25519"
 SSH_CONFIG = "ssh_config"
 KNOWN_HOSTS = "known_hosts"
+# The unprivileged account a production-shaped inventory connects as (ansible_user, with become through sudo),
+# as an operator's inventory would: the sim key logs in as it; root's login stays for the sim's own tooling.
+ADMIN_USER = "pdfleet-admin"
+ADMIN_UID = 1500
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
 WRAPPER = Path(__file__).with_name("wrapper.py")
@@ -228,6 +232,29 @@ def _write_host_files(
     ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     (ssh_dir / "authorized_keys").write_text(pubkey)
     (ssh_dir / "authorized_keys").chmod(0o600)
+    _write_admin(root, pubkey)
+
+
+def _write_admin(root: Path, pubkey: str) -> None:
+    """The unprivileged operator account (ADMIN_USER): a login shell, the sim key, the journal readers' group (as an
+    operator account usually has), and sudo without a password (as
+    `become` needs; a production inventory's become password would come from Vault)."""
+    if not (root / "home" / ADMIN_USER).is_dir():
+        run(["useradd", "--root", str(root), "--uid", str(ADMIN_UID), "--user-group", "--create-home",
+             "--groups", "systemd-journal",
+             "--shell", "/bin/bash", ADMIN_USER])
+    ssh_dir = root / "home" / ADMIN_USER / ".ssh"
+    ssh_dir.mkdir(mode=0o700, exist_ok=True)
+    keys = ssh_dir / "authorized_keys"
+    keys.write_text(pubkey)
+    keys.chmod(0o600)
+    for path in (ssh_dir, keys):
+        os.chown(path, ADMIN_UID, ADMIN_UID)
+    sudoers = root / "etc" / "sudoers.d" / ADMIN_USER
+    sudoers.parent.mkdir(parents=True, exist_ok=True)
+    sudoers.write_text(f"# Written by pdfleet sim: become for the production-shaped inventories.\n"
+                       f"{ADMIN_USER} ALL=(ALL:ALL) NOPASSWD: ALL\n")
+    sudoers.chmod(0o440)
 
 
 def write_etc_hosts(root: Path, host: SimHost, hosts: Sequence[SimHost]) -> None:
