@@ -79,10 +79,18 @@ class Load:
     rate: float = 4.0
     deadline_s: float = 60.0
     max_tokens: int = 24
+    # the router's API key; by default the one the scratch cluster of ``url`` gives its router (simcluster)
+    api_key: str | None = None
     outcomes: list[Outcome] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        if self.api_key is None:
+            from simcluster import ROUTER_KEYS
+
+            self.api_key = ROUTER_KEYS.get(self.url)
 
     def _one(self, i: int) -> None:
         stream = i % 2 == 0
@@ -91,13 +99,16 @@ class Load:
         t0, epoch = time.monotonic(), time.time()
         out = Outcome("ok", stream, epoch, 0.0)
         if stream:
-            res = stream_chat(url, chat_body(self.model, prompt, self.max_tokens, True), self.deadline_s)
+            res = stream_chat(url, chat_body(self.model, prompt, self.max_tokens, True), self.deadline_s,
+                              api_key=self.api_key)
             out.status = res.status
             out.kind, out.detail = judge_stream(res)
         else:
             req = urllib.request.Request(url, data=json.dumps(chat_body(self.model, prompt, self.max_tokens,
                                                                         False)).encode(),
-                                         headers={"Content-Type": "application/json"})
+                                         headers={"Content-Type": "application/json",
+                                                  **({"Authorization": f"Bearer {self.api_key}"}
+                                                     if self.api_key else {})})
             try:
                 with urllib.request.urlopen(req, timeout=self.deadline_s) as resp:
                     data = resp.read().decode(errors="replace")

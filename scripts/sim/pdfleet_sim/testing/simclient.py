@@ -47,16 +47,20 @@ def stream_chat(
     body: dict[str, Any],
     timeout_s: float = 60.0,
     on_event: Callable[[str], None] | None = None,
+    api_key: str | None = None,
 ) -> StreamResult:
-    """POST a streaming chat request to ``url`` (…/v1/chat/completions) and read it to the end."""
+    """POST a streaming chat request to ``url`` (…/v1/chat/completions) and read it to the end (with ``api_key`` as
+    a bearer token, for a router started with one)."""
     parts = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=timeout_s)
     started = time.monotonic()
     first: float | None = None
     text, chunks, cid, model, usage, finish = "", 0, None, None, None, None
     try:
-        conn.request("POST", parts.path or "/", body=json.dumps(body),
-                     headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        conn.request("POST", parts.path or "/", body=json.dumps(body), headers=headers)
         resp = conn.getresponse()
         if resp.status != 200:
             return StreamResult(resp.status, 0, "", None, None, None, None, None, time.monotonic() - started,
