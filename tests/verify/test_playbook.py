@@ -40,7 +40,7 @@ def write_inventory(pd: LocalPD, inv: Path) -> None:
             - {{name: decode0, role: decode, host: node1, gpus: [4, 5, 6, 7], tp: 4, port: {pd.decode_port},
                nccl_port: {free_port()}}}
           router: {{host: node1, port: {pd.router_port}}}
-          model: {{name: {pd.model}, path: /models/{pd.model}}}
+          model: {{name: {pd.model}, path: /models/{pd.model}, source: standin}}
           sglang: {{version: "{SGLANG_VERSION}", patch: nixl-abort-v2, launcher: sim}}
         """))
 
