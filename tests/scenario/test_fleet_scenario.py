@@ -46,11 +46,12 @@ from fleet.loadgen import Load
 from pdfleet.fleet import Pair
 from pdfleet.fleet.steps import request_counts
 from pdfleet.paths import REPO_ROOT
+from pdfleet.verify.signatures import THREAD_DEATH
 from pdfleet_sim.testing.realwedge import foreign_frame
 from rollout.helpers import ListingWatch, Run, get_json, rollout
 from sim_faults.conftest import START_BUDGET_S, Timing
 from sim_faults.test_faults import PREFILL, kill9, main_pid, worker_bound
-from sim_fleet.watch import deployed_status, firing, first, since
+from sim_fleet.watch import ROUTER_HOST, deployed_status, firing, first, since
 from simcluster import BIN, SITE, ScratchCluster, wait_for
 
 from .conftest import Fleet, set_instance_name
@@ -185,6 +186,41 @@ def test_b_second_host_fails_its_gate_and_is_rolled_back(fleet: Fleet) -> None:
     assert_serving(c, "after b")
 
 
+def thread_died(c: ScratchCluster, host: str, unit: str, after: float) -> bool:
+    """Whether ``unit``'s journal on ``host`` shows a thread's death (the verification's signatures) since epoch
+    ``after``."""
+    proc = c.ssh(f"journalctl -u {unit} --since @{int(after) - 1} -o cat --no-pager", host=host)
+    return any(p.search(line) for line in proc.stdout.splitlines() for p in THREAD_DEATH)
+
+
+def kill_bootstrap_thread(c: ScratchCluster, unit: str, address: str, port: int,
+                          tries: int = 3) -> tuple[float, tuple[str, int], int]:
+    """One foreign frame into the prefill's rank 0 bootstrap socket, until its journal shows the thread's death
+    (the watchdog is timed from the frame that killed it, not from one ZMQ failed to deliver); the epoch of that
+    frame, the socket and how many frames it took."""
+    for frame in range(1, tries + 1):
+        sent = time.time()
+        rank_socket = foreign_frame(address, port, rank=0)  # one frame, one rank
+        try:
+            wait_for(f"{unit}: the bootstrap thread's death in its journal",
+                     lambda t=sent: thread_died(c, WEDGED_HOST, unit, t), 20, 1.0)
+        except AssertionError:
+            say(f"d: frame {frame} to {rank_socket} left no thread death in {unit}'s journal")
+            continue
+        return sent, rank_socket, frame
+    raise AssertionError(f"{tries} foreign frames into {unit}'s rank 0 bootstrap socket never killed its thread")
+
+
+def watchdog_evidence(c: ScratchCluster, host: str, after: float) -> str:
+    """What the deployed watchdog said about ``host``'s pair (for a failed wait): its state, reasons and
+    transitions since ``after``, and its own journal."""
+    doc = deployed_status(c)
+    journal = c.ssh(f"journalctl -u pdfleet-watchdog --since @{int(after) - 1} -o cat --no-pager | tail -40",
+                    host=ROUTER_HOST).stdout
+    return (f"watchdog on {ROUTER_HOST}: {host}: {json.dumps(doc['pairs'].get(host), default=str)}\n"
+            f"transitions since the frame: {since(doc, host, after)}\njournal:\n{journal}")
+
+
 def test_d_real_wedge_named_by_the_deployed_watchdog(fleet: Fleet) -> None:
     c = fleet.cluster
     elapsed = timed(fleet, "d: a real wedge of the pristine SGLang thread")
@@ -193,10 +229,13 @@ def test_d_real_wedge_named_by_the_deployed_watchdog(fleet: Fleet) -> None:
     others = [h for h in fleet.pairs if h != WEDGED_HOST]
     prefill = fleet.pairs[WEDGED_HOST].role("prefill")[0]
     assert prefill.bootstrap_port, prefill
-    sent = time.time()
-    rank_socket = foreign_frame(prefill.address, int(prefill.bootstrap_port), rank=0)  # one frame, one rank
-    doc = wait_for(f"deployed watchdog: {WEDGED_HOST} WEDGED",
-                   lambda: (d := deployed_status(c)) and first(d, WEDGED_HOST, "WEDGED", sent) and d, 3 * BUDGET_S, 2.0)
+    sent, rank_socket, frames = kill_bootstrap_thread(c, prefill.name, prefill.address, int(prefill.bootstrap_port))
+    try:
+        doc = wait_for(f"deployed watchdog: {WEDGED_HOST} WEDGED",
+                       lambda: (d := deployed_status(c)) and first(d, WEDGED_HOST, "WEDGED", sent) and d,
+                       3 * BUDGET_S, 2.0)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{watchdog_evidence(c, WEDGED_HOST, sent)}") from e
     detect = first(doc, WEDGED_HOST, "WEDGED", sent) - sent
     say(f"d: WEDGED {detect:.1f} s after the frame (budget {BUDGET_S:g} s + {ROUND_WORK_S:g} s of round work): "
         f"{doc['pairs'][WEDGED_HOST]['reasons']}")
@@ -204,7 +243,7 @@ def test_d_real_wedge_named_by_the_deployed_watchdog(fleet: Fleet) -> None:
              lambda: firing(fleet.prometheus, "PdfleetPairWedged", WEDGED_HOST), 180, 2.0)
     alert_s = time.time() - sent
     doc = deployed_status(c)
-    fleet.step("d", frame_to=f"{rank_socket[0]}:{rank_socket[1]}",
+    fleet.step("d", frame_to=f"{rank_socket[0]}:{rank_socket[1]}", frames=frames,
                detect_s=round(detect, 1), budget_s=BUDGET_S, alert_firing_s=round(alert_s, 1),
                reasons=doc["pairs"][WEDGED_HOST]["reasons"], other_transitions=[t for h in others
                                                                                 for t in since(doc, h, sent)])
