@@ -222,11 +222,21 @@ class Inventory:
 
     def _setup_vault(self) -> None:
         from ansible.cli import CLI
+        from ansible.parsing.vault import VaultSecretsContext
 
         secrets = CLI.setup_vault_secrets(self._loader, vault_ids=list(self.source.vault_ids),
                                           vault_password_files=list(self.source.vault_password_files),
                                           ask_vault_pass=False, auto_prompt=False, initialize_context=False)
         self._loader.set_vault_secrets(secrets)
+        # A value encrypted inline (`ansible-vault encrypt_string`, as the README makes the gateway key) is
+        # decrypted when it is templated, with the secrets of ansible-core's process-wide context (ansible-core
+        # >= 2.19), which can be initialized only once: the first inventory with Vault secrets sets it up, a later
+        # one adds its own.
+        context = VaultSecretsContext.current(optional=True)
+        if context is None:
+            VaultSecretsContext.initialize(VaultSecretsContext(list(secrets)))
+        else:
+            context.secrets.extend(s for s in secrets if s not in context.secrets)
 
     def _extra_vars(self) -> dict[str, Any]:
         """`-e` values, parsed like ansible-playbook does: @file, YAML/JSON, or key=value pairs."""
@@ -263,10 +273,8 @@ class Inventory:
                 self._raw[host] = self._variables.get_vars(host=h, include_hostvars=False)
             except AnsibleError as exc:
                 text = _one_line(str(exc))
-                fix = (" (pass --vault-password-file FILE or --vault-id, or set ANSIBLE_VAULT_PASSWORD_FILE, as for "
-                       "ansible-playbook)") if "vault" in text.lower() else ""
                 raise InventoryError(f"{self.source.describe()}: host {host}: cannot read its variables: "
-                                     f"{text}{fix}") from None
+                                     f"{text}{_vault_fix(text)}") from None
         return self._raw[host]
 
     def var(self, host: str, name: str, default: object = None) -> object:
@@ -293,8 +301,9 @@ class Inventory:
         try:
             value = Templar(loader=self._loader, variables=self.raw_vars(host)).template(data)
         except AnsibleError as exc:
+            text = _one_line(str(exc))
             raise InventoryError(f"{self.source.describe()}: host {host}: cannot template {name}: "
-                                 f"{_one_line(str(exc))}") from None
+                                 f"{text}{_vault_fix(text)}") from None
         try:
             return _plain(value)
         except _TooLarge:
@@ -396,6 +405,14 @@ def connection_from_vars(host: str, address: str, var: Callable[[str], object]) 
             args += shlex.split(text)
     return HostConnection(name=host, address=address, port=port_number, user=user,
                           key_file=str(key) if key else None, ssh_args=tuple(args))
+
+
+def _vault_fix(text: str) -> str:
+    """The fix for an error about Vault (a vaulted value read without its password), else ""."""
+    if "vault" not in text.lower():
+        return ""
+    return (" (pass --vault-password-file FILE or --vault-id, or set ANSIBLE_VAULT_PASSWORD_FILE, as for "
+            "ansible-playbook)")
 
 
 def load_inventory(source: InventorySource | str | Path | Sequence[str | Path]) -> Inventory:

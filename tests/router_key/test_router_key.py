@@ -307,3 +307,36 @@ def test_a_key_the_inventory_generates_with_a_lookup_is_found_by_a_fresh_command
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == keyfile.read_text().strip() and len(proc.stdout.strip()) == 40
     assert keyfile.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_key_vaulted_as_the_readme_says_is_read_with_the_password_file_and_refused_without(tmp_path: Path) -> None:
+    """`pdfleet keygen NAME | ansible-vault encrypt_string --stdin-name NAME` gives an inline-encrypted value, which
+    ansible-core (>= 2.19) decrypts only inside its process-wide Vault context: a fresh pdfleet command given
+    --vault-password-file reads it (pdfleet.inventory sets that context up), and without the file it refuses,
+    naming the flag."""
+    bin_dir = Path(sys.executable).parent
+    password = tmp_path / "vault-password"
+    password.write_text("correct horse battery staple\n")
+    password.chmod(0o600)
+    name = routerkey.ENV_NAME
+    keygen = subprocess.Popen([str(bin_dir / "pdfleet"), "keygen", name], stdout=subprocess.PIPE)
+    vaulted = subprocess.run([str(bin_dir / "ansible-vault"), "encrypt_string", "--vault-password-file",
+                              str(password), "--stdin-name", name], stdin=keygen.stdout, capture_output=True,
+                             text=True, timeout=120, check=True).stdout
+    assert keygen.wait(timeout=30) == 0 and "$ANSIBLE_VAULT" in vaulted
+    inv = _inventory(tmp_path, "pdfleet_units_secrets:\n" + "".join(f"  {line}\n" for line in vaulted.splitlines()))
+    env = {k: v for k, v in os.environ.items() if k not in (name, "ANSIBLE_VAULT_PASSWORD_FILE")}
+
+    def read(*vault_files: str) -> subprocess.CompletedProcess[str]:
+        code = ("from pathlib import Path; from pdfleet.inventory import InventorySource; "
+                "from pdfleet.routerkey import find_key; "
+                f"print(find_key(None, InventorySource((Path({str(inv)!r}),), vault_password_files={vault_files!r})))")
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                              check=False, env=env, cwd=tmp_path)
+
+    opened = read(str(password))
+    assert opened.returncode == 0, opened.stderr[-2000:]
+    key = opened.stdout.strip()
+    assert len(key) >= 40 and key not in vaulted
+    refused = read()
+    assert refused.returncode != 0 and "--vault-password-file" in refused.stderr, refused.stderr[-2000:]
