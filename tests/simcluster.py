@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from typing import Any
 import yaml
 from pdfleet.inventory import InventorySource
 from pdfleet.paths import REPO_ROOT
+from pdfleet.planner import ROUTER_KEY_ENV
 from pdfleet.routerkey import find_key
 from pdfleet_sim.testing.scratch import scratch_inventory
 
@@ -83,6 +85,9 @@ class ScratchCluster:
     router_url: str
     model: str
     reports_dir: Path
+    # The Vault password file of an inventory whose secrets are vaulted (vault_the_key): every playbook and pdfleet
+    # command on it gets --vault-password-file (vault_args), as an operator's would.
+    vault_password_file: Path | None = None
 
     def __post_init__(self) -> None:
         key = self.router_key
@@ -90,9 +95,19 @@ class ScratchCluster:
             ROUTER_KEYS[self.router_url] = key
 
     @property
+    def vault_args(self) -> tuple[str, ...]:
+        return ("--vault-password-file", str(self.vault_password_file)) if self.vault_password_file else ()
+
+    @property
+    def source(self) -> InventorySource:
+        """The inventory as pdfleet reads it (with the Vault password file, if any)."""
+        files = (str(self.vault_password_file),) if self.vault_password_file else ()
+        return InventorySource((self.inventory,), vault_password_files=files)
+
+    @property
     def router_key(self) -> str | None:
         """The key the scratch inventory gives the router (its pdfleet_units_secrets, as every caller reads it)."""
-        return find_key(None, InventorySource.of(self.inventory))
+        return find_key(None, self.source)
 
     def playbook(self, playbook: Path = SITE, *extra: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run a playbook; the verification play runs one cascade cycle (default 2) to keep the suite short."""
@@ -103,7 +118,7 @@ class ScratchCluster:
         verify = json.dumps({"pdfleet_verify_args": ["--cycles", "1"],
                              "pdfleet_verify_reports_dir": str(self.reports_dir)})
         proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(playbook),
-                               "-e", verify, *extra],
+                               "-e", verify, *self.vault_args, *extra],
                               cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
         if check and proc.returncode != 0:
             raise AssertionError(f"{playbook.name} failed (rc {proc.returncode}):\n{proc.stdout[-6000:]}\n"
@@ -200,19 +215,47 @@ def claimed_net(lo: int = 80, hi: int = 99) -> Iterator[int]:
                        "a leftover bridge (pdfleet sim down --state-dir ... removes it)")
 
 
+def vault_the_key(inventory: Path, root: Path) -> Path:
+    """Production-shaped secrets: the inventory's gateway key (the sim's generated one, in group_vars/all/sim.yml)
+    replaced by a new one made the way the README says (`pdfleet keygen NAME | ansible-vault encrypt_string
+    --stdin-name NAME`: never on a command line or in a plain file) in group_vars/all/vault.yml; the Vault password
+    in root/vault-password (0600). Returns the password file."""
+    password = root / "vault-password"
+    fd = os.open(password, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_urlsafe(24) + "\n")
+    sim_file = inventory / "group_vars" / "all" / "sim.yml"
+    sim = yaml.safe_load(sim_file.read_text())
+    sim.pop("pdfleet_units_secrets", None)
+    sim_file.write_text(yaml.safe_dump(sim, sort_keys=False))
+    keygen = subprocess.Popen([str(BIN / "pdfleet"), "keygen", ROUTER_KEY_ENV], stdout=subprocess.PIPE)
+    vaulted = subprocess.run([str(BIN / "ansible-vault"), "encrypt_string", "--vault-password-file", str(password),
+                              "--stdin-name", ROUTER_KEY_ENV], stdin=keygen.stdout, capture_output=True, text=True,
+                             timeout=120, check=True).stdout
+    assert keygen.wait(timeout=30) == 0 and vaulted.startswith(f"{ROUTER_KEY_ENV}: !vault |"), vaulted[:200]
+    body = "".join(f"  {line}\n" for line in vaulted.splitlines())
+    (inventory / "group_vars" / "all" / "vault.yml").write_text(
+        f"---\n# The gateway key, Vault-encrypted (tests/simcluster.py vault_the_key)\npdfleet_units_secrets:\n{body}")
+    return password
+
+
 @contextmanager
-def scratch_cluster(root: Path, net: int | None = None, source: Path | None = None) -> Iterator[ScratchCluster]:
+def scratch_cluster(root: Path, net: int | None = None, source: Path | None = None,
+                    vault: bool = False) -> Iterator[ScratchCluster]:
     """A scratch cluster (not yet converged) on 10.<net>.0.0/24, by default the first free subnet in 10.80-99;
-    a copy of `source` (default inventory/sim); torn down on exit, whatever happened."""
+    a copy of `source` (default inventory/sim), its key Vault-encrypted with ``vault`` (vault_the_key); torn down
+    on exit, whatever happened."""
     if net is None:
-        with claimed_net() as claimed, scratch_cluster(root, claimed, source) as cluster:
+        with claimed_net() as claimed, scratch_cluster(root, claimed, source, vault) as cluster:
             yield cluster
         return
     scratch = scratch_inventory(root, net, source) if source else scratch_inventory(root, net)
-    plan = json.loads(subprocess.run([str(BIN / "pdfleet"), "plan", "-i", str(scratch.path), "--json"],
+    password = vault_the_key(scratch.path, root) if vault else None
+    vault_args = ["--vault-password-file", str(password)] if password else []
+    plan = json.loads(subprocess.run([str(BIN / "pdfleet"), "plan", "-i", str(scratch.path), *vault_args, "--json"],
                                      capture_output=True, text=True, check=True).stdout)
     cluster = ScratchCluster(scratch.path, scratch.state_dir, scratch.addresses["node1"], plan["router_url"],
-                             plan["model"]["served_name"] or plan["model"]["name"], root / "reports")
+                             plan["model"]["served_name"] or plan["model"]["name"], root / "reports", password)
     try:
         yield cluster
     finally:

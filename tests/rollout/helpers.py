@@ -40,8 +40,8 @@ def rollout(c: ScratchCluster, *extra: str, timeout: float = 3600) -> Run:
     env = dict(os.environ, ANSIBLE_NOCOLOR="1")
     t0 = time.monotonic()
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(c.inventory), str(ROLLOUT),
-                           "-e", f"pdfleet_rollout_reports_dir={reports}", *extra], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+                           "-e", f"pdfleet_rollout_reports_dir={reports}", *c.vault_args, *extra], cwd=REPO_ROOT,
+                          env=env, capture_output=True, text=True, timeout=timeout, check=False)
     found = sorted(reports.glob("rollout-*/rollout.json"))
     report = json.loads(found[-1].read_text()) if found else None
     return Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - t0, report)

@@ -24,11 +24,12 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 from pdfleet.fleet import Pair, pairs_from_plan
+from pdfleet.inventory import InventorySource
 from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from pdfleet_sim.testing.scratch import scratch_inventory
 from sim_faults.conftest import HEARTBEAT_INTERVAL_S, HEARTBEAT_MAX_FAILURES, RESTART_SEC, ROUTER_HEALTH_INTERVAL_S
-from simcluster import SITE, ScratchCluster, claimed_net, scratch_cluster, skip_reason
+from simcluster import SITE, ScratchCluster, claimed_net, scratch_cluster, skip_reason, vault_the_key
 
 FLEET_INVENTORY = REPO_ROOT / "inventory" / "sim-fleet"
 SUMMARY = REPO_ROOT / "reports" / "fleet-scenario.json"
@@ -88,7 +89,7 @@ def _stage(c: ScratchCluster, summary: Summary) -> None:
 
 
 def _fleet(c: ScratchCluster, summary: Summary) -> Fleet:
-    plan = plan_inventory(c.inventory)
+    plan = plan_inventory(c.source)
     return Fleet(c, pairs_from_plan(plan), f"http://{urlsplit(plan.router_url).hostname}:9090", summary)
 
 
@@ -98,7 +99,7 @@ def _kept(root: Path, summary: Summary) -> Iterator[Fleet]:
     if info_file.exists():
         info = json.loads(info_file.read_text())
         c = ScratchCluster(Path(info["inventory"]), Path(info["state"]), info["address"], info["router"],
-                           info["model"], root / "reports")
+                           info["model"], root / "reports", Path(info["vault_password_file"]))
         c.wait_ready()
         summary.doc["stand_up"] = {"reused": str(root)}
         summary.write()
@@ -107,11 +108,13 @@ def _kept(root: Path, summary: Summary) -> Iterator[Fleet]:
     root.mkdir(parents=True, exist_ok=True)
     with claimed_net() as net:
         scratch = scratch_inventory(root, net, FLEET_INVENTORY)
-        plan = plan_inventory(scratch.path)
+        password = vault_the_key(scratch.path, root)
+        plan = plan_inventory(InventorySource((scratch.path,), vault_password_files=(str(password),)))
         c = ScratchCluster(scratch.path, scratch.state_dir, scratch.addresses["node1"], plan.router_url,
-                           str(plan.model.get("served_name") or plan.model["name"]), root / "reports")
+                           str(plan.model.get("served_name") or plan.model["name"]), root / "reports", password)
         _stage(c, summary)
     info_file.write_text(json.dumps({"inventory": str(c.inventory), "state": str(c.state_dir), "address": c.address,
+                                     "vault_password_file": str(password),
                                      "router": c.router_url, "model": c.model}))
     print(f"[scenario] kept: {REUSE_ENV}={root} reuses it; pdfleet sim down --state-dir {c.state_dir} removes it")
     yield _fleet(c, summary)
@@ -129,7 +132,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     if reuse:
         yield from _kept(Path(reuse), summary)
         return
-    with scratch_cluster(tmp_path_factory.mktemp("fleetscenario"), source=FLEET_INVENTORY) as c:
+    with scratch_cluster(tmp_path_factory.mktemp("fleetscenario"), source=FLEET_INVENTORY, vault=True) as c:
         _stage(c, summary)
         yield _fleet(c, summary)
         summary.doc["finished"] = time.time()

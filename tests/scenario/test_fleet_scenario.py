@@ -25,6 +25,12 @@ c. kill -9 of node1's prefill: serving again (a streak of requests through the r
 e. an instance renamed (node3's decode2 -> decodeX, same GPUs and port; decodeX -> decodeY on a kept fleet):
    site.yml removes the old unit (drained first), only the planned units exist and run on node3, and the final
    verification play passes.
+f. `pdfleet ops restart node2` as the fleet's unprivileged operator (sudo) under client load: new unit processes,
+   the pair back in the router, 0 failed requests.
+
+The fleet is production-shaped: reached as the unprivileged pdfleet-admin with become, host keys checked, workers at
+info, the firewall on, and the gateway key from a Vault-encrypted group_vars file (made with `pdfleet keygen |
+ansible-vault encrypt_string`) that every playbook and pdfleet command opens with --vault-password-file.
 
 The order puts b before a so that the two rollouts together roll each host once (plus node2's rollback), and d
 between them while node3 still runs the pristine stack. Settings are short (the fault catalogue's heartbeat,
@@ -98,7 +104,7 @@ def listed(c: ScratchCluster) -> list[str]:
 
 def rollout_status(c: ScratchCluster) -> dict[str, dict[str, Any]]:
     """`pdfleet rollout status --json`, by host (installed record, at_target, membership, serving)."""
-    proc = pdfleet("rollout", "status", "-i", str(c.inventory), "--json")
+    proc = pdfleet("rollout", "status", "-i", str(c.inventory), *c.vault_args, "--json")
     assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
     return {h["host"]: h for h in json.loads(proc.stdout)["hosts"]}
 
@@ -355,7 +361,7 @@ def test_c_kill9_prefill_serves_again_within_the_plans_bound(fleet: Fleet) -> No
                bound_from={"restart_sec": timing.restart_sec, "prefill_hold_down_s": timing.prefill_hold_down_s,
                            "start_budget_s": START_BUDGET_S, "router_readmit_s": timing.router_readmit_s})
     t1 = time.monotonic()
-    verify = pdfleet("verify", "-i", str(c.inventory), "--cycles", "1", "--skip", "bench",
+    verify = pdfleet("verify", "-i", str(c.inventory), *c.vault_args, "--cycles", "1", "--skip", "bench",
                      "--report", str(c.reports_dir / "verify-after-kill9.json"))
     fleet.step("c", verify_rc=verify.returncode, verify_s=round(time.monotonic() - t1, 1), seconds=elapsed())
     assert verify.returncode == 0, verify.stdout[-4000:] + verify.stderr[-2000:]
@@ -400,3 +406,25 @@ def test_e_renamed_instance_old_unit_removed(fleet: Fleet) -> None:
     assert f"pdfleet-{new}" in names and f"pdfleet-{old}" not in names, names
     assert_serving(c, "after e")
     fleet.step("e", seconds=elapsed(), verify_verdict=report["verdict"], renamed=[old, new])
+
+
+def test_f_ops_restart_as_the_unprivileged_operator_under_load(fleet: Fleet) -> None:
+    """`pdfleet ops restart` the way production runs it: as the inventory's unprivileged operator (pdfleet-admin,
+    sudo for the units), the gateway key from the Vault file, under client load: the pair leaves the router, its
+    units restart (new processes), it is gated and put back, and no client request fails."""
+    c = fleet.cluster
+    elapsed = timed(fleet, "f: pdfleet ops restart as the unprivileged operator, under client load")
+    assert_serving(c, "before f")
+    host = "node2"
+    before, ids = unit_pids(c, host), listed(c)
+    with Load(c.router_url, c.model) as load:
+        proc = pdfleet("ops", "restart", host, "-i", str(c.inventory), *c.vault_args)
+    s, after = load.summary(), unit_pids(c, host)
+    fleet.step("f", rc=proc.returncode, load=s, pids_before=before, pids_after=after, seconds=elapsed())
+    say(f"f: ops restart {host} rc {proc.returncode}; load {s}; units {before} -> {after}")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert len(before) == 2 and set(after) == set(before), (before, after)
+    assert all(after[u] not in ("0", before[u]) for u in before), f"{host}: not restarted: {before} -> {after}"
+    assert s["failed"] == 0 and s["cut"] == 0 and s["ok"] > 0, s
+    assert listed(c) == ids
+    assert_serving(c, "after f")

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 from pdfleet.inventory_plan import plan_inventory
-from simcluster import ScratchCluster
+from simcluster import SITE, ScratchCluster
 
 pytestmark = [pytest.mark.sim]
 
@@ -130,3 +130,38 @@ def test_the_probe_tells_a_refusal_from_an_open_port(tmp_path: Path) -> None:
         port = s.getsockname()[1]
         found = _probe([("127.0.0.1", port), ("127.0.0.1", 1)])
     assert found == {f"127.0.0.1:{port}": "open", "127.0.0.1:1": "refused"}
+
+
+def _table(c: ScratchCluster) -> subprocess.CompletedProcess[str]:
+    return c.ssh("nft list table inet pdfleet")
+
+
+@pytest.mark.mutates
+def test_the_firewall_outlives_a_boot_reload_and_goes_with_enabled_false(
+        converged: ScratchCluster, stranger: tuple[str, str]) -> None:
+    """What boot does (nftables.service loads /etc/nftables.conf: its `flush ruleset`, then our include line)
+    leaves the pdfleet table loaded and the stranger refused; `firewall.enabled: false` converges to no table, no
+    ruleset file and no include line (the worker port open to the stranger); enabled again, it is all back."""
+    netns, _ = stranger
+    plan = plan_inventory(converged.inventory)
+    worker = (converged.address, next(u for u in plan.units() if u.role == "decode").ports["port"])
+    where = f"{worker[0]}:{worker[1]}"
+    files = "test -e /etc/nftables.d/pdfleet.nft && echo file; grep -c pdfleet.nft /etc/nftables.conf || true"
+    restart = converged.ssh("systemctl restart nftables.service")
+    assert restart.returncode == 0, restart.stderr
+    assert _table(converged).returncode == 0, "the boot configuration did not load the pdfleet table"
+    assert _probe([worker], netns)[where] == "refused"
+    try:
+        with converged.model_changed("firewall", enabled=False):
+            converged.playbook(SITE, "--tags", "deploy")
+            gone = _table(converged)
+            left = converged.ssh(files).stdout.split()
+            open_now = _probe([worker], netns)[where]
+    finally:
+        converged.playbook(SITE, "--tags", "deploy")
+    assert gone.returncode != 0, f"enabled: false left the table loaded:\n{gone.stdout}"
+    assert left == ["0"], f"enabled: false left the ruleset file or its include line: {left}"
+    assert open_now == "open", f"with the firewall off the stranger should reach {where}: {open_now}"
+    assert _table(converged).returncode == 0, "enabled again, the table is not back"
+    assert converged.ssh(files).stdout.split() == ["file", "1"]
+    assert _probe([worker], netns)[where] == "refused"
