@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from pdfleet.errors import PdfleetError
 from pdfleet.fleet.canary import pair_canary
-from pdfleet.inventory import InventorySource
-from pdfleet.paths import DEFAULT_INVENTORY
+from pdfleet.inventory_flags import add_inventory_arguments, source_from_args
 from pdfleet.rollout import plan as rollout_plan
 from pdfleet.rollout.collect import collect
 from pdfleet.rollout.health import DEFAULT_DEADLINE_S, apply_health, check_serving_pairs
@@ -43,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for name, func, text in (("plan", cmd_plan, "what rollout.yml will do, before anything changes"),
                              ("status", cmd_status, "each host's version, patch, router membership, serving")):
         q = sub.add_parser(name, help=text)
-        q.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY, help="inventory (default: sim)")
+        add_inventory_arguments(q)
         q.add_argument("--json", action="store_true", help="print JSON")
         if name == "plan":
             q.add_argument("--serial", type=_serial, default=list(rollout_plan.DEFAULT_SERIAL),
@@ -61,7 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _collect(args: argparse.Namespace) -> tuple[dict, list, str]:
     # the gateway's key: $PDFLEET_ROUTER_API_KEY, else the inventory's (pdfleet.routerkey)
-    plan, states, router_error = collect(args.inventory, find_key(None, InventorySource.of(args.inventory)))
+    source = source_from_args(args)
+    plan, states, router_error = collect(source, find_key(None, source))
     unreadable = [s.record_error for s in states if s.record_error]
     if router_error or unreadable:
         raise FleetUnreadable("; ".join([router_error, *unreadable]).strip("; "))

@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from pdfleet.fleet.router import RouterClient, RouterError, RouterWorker
-from pdfleet.inventory import load_inventory
+from pdfleet.inventory import InventorySource, load_inventory
 from pdfleet.inventory_plan import plan_inventory
 from pdfleet.remote import RemoteError, connection_for, run
 from pdfleet.rollout.state import HostState, host_states
 from pdfleet.versions import RECORD_NAME
 
 
-def read_records(inventory: Path, plan: dict[str, Any]) -> tuple[dict[str, dict[str, Any] | None], dict[str, str]]:
+def read_records(inventory: InventorySource | Path,
+                 plan: dict[str, Any]) -> tuple[dict[str, dict[str, Any] | None], dict[str, str]]:
     """Host -> its record (None when absent), and host -> why it could not be read."""
     inv = load_inventory(inventory)
     path = f"{plan['sglang']['venv']}/{RECORD_NAME}"
@@ -45,7 +46,8 @@ def router_listing(plan: dict[str, Any], api_key: str | None = None) -> tuple[li
         return [], str(e)
 
 
-def collect(inventory: Path, api_key: str | None = None) -> tuple[dict[str, Any], list[HostState], str]:
+def collect(inventory: InventorySource | Path,
+            api_key: str | None = None) -> tuple[dict[str, Any], list[HostState], str]:
     """(plan document, every host's state, router error or "")."""
     plan = plan_inventory(inventory).to_dict()
     records, errors = read_records(inventory, plan)

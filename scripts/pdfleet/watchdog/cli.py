@@ -21,6 +21,8 @@ from typing import Any
 
 from pdfleet import fleet
 from pdfleet.errors import PdfleetError
+from pdfleet.inventory import InventorySource
+from pdfleet.inventory_flags import add_vault_arguments, source_from_args
 from pdfleet.paths import DEFAULT_INVENTORY
 from pdfleet.table import format_table
 from pdfleet.watchdog.actions import FleetActions, RestartError, local_shell
@@ -56,14 +58,14 @@ def _cluster(args: argparse.Namespace) -> tuple[dict[str, fleet.Pair], str, str 
     else:
         from pdfleet.inventory_plan import plan_inventory
 
-        p = plan_inventory(args.inventory)
+        p = plan_inventory(source_from_args(args))
         pairs, model, sglang, router_url = fleet.pairs_from_plan(p), p.model, p.sglang, p.router_url
     if not pairs or not router_url:
         raise WatchdogUsageError(f"{args.plan or args.inventory}: the plan has no worker pairs or no router")
     return pairs, str(model.get("served_name") or model.get("name")), sglang.get("version"), str(router_url)
 
 
-def _ssh_runner(inventory: Path) -> Runner:
+def _ssh_runner(inventory: InventorySource) -> Runner:
     from pdfleet.inventory import load_inventory
     from pdfleet.remote import RemoteError, connection_for, run
 
@@ -80,7 +82,7 @@ def _ssh_runner(inventory: Path) -> Runner:
 
 def _runners(args: argparse.Namespace) -> tuple[Runner | None, frozenset[str] | None, Runner]:
     """(journal runner, hosts it can read, unit-restart runner) for where this watchdog runs."""
-    ssh = _ssh_runner(args.inventory) if args.plan is None else None
+    ssh = _ssh_runner(source_from_args(args)) if args.plan is None else None
     local = frozenset({args.local_host}) if args.local_host else frozenset()
     mode = args.journal
     if mode == "auto":
@@ -107,11 +109,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     pairs, model, version, router_url = _cluster(args)
     journal_runner, journal_hosts, shell = _runners(args)
     # the gateway's key: $PDFLEET_ROUTER_API_KEY (the deployed unit: the router's secrets file), else the inventory's
-    from pdfleet.inventory import InventorySource
     from pdfleet.routerkey import find_key
 
     router = fleet.RouterClient(router_url, api_key=find_key(
-        None, InventorySource.of(args.inventory) if args.plan is None else None))
+        None, source_from_args(args) if args.plan is None else None))
     from pdfleet.watchdog.metrics import WatchdogMetrics
 
     metrics = WatchdogMetrics()
@@ -178,6 +179,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY,
                      help="inventory (default: inventory/sim); journals and restarts over SSH")
     src.add_argument("--plan", type=Path, help="a plan document (pdfleet plan --json) instead of an inventory")
+    add_vault_arguments(r, "for -i")
     r.add_argument("--local-host", default="", help="this host's inventory name (its journal and units are local)")
     r.add_argument("--journal", choices=("auto", "ssh", "local", "none"), default="auto",
                    help="where journals are read (auto: ssh with -i, local with --local-host)")

@@ -14,9 +14,13 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import hosts
 from .hosttypes import DEFAULT_CACHE_DIR, DEFAULT_OS, DEFAULT_STATE_DIR, SimError, SimHost, SimNetwork
+
+if TYPE_CHECKING:
+    from pdfleet.inventory import InventorySource
 
 DEFAULT_BRIDGE = "pdfleet0"
 DEFAULT_CIDR = "10.77.0.0/24"
@@ -33,12 +37,21 @@ def _parse_host(text: str) -> SimHost:
     return SimHost(name, address)
 
 
-@functools.lru_cache(maxsize=4)
-def _inventory_sim(path: Path) -> tuple[list[SimHost], dict[str, object]]:
-    """The inventory's hosts and its `pdfleet_sim` settings (read once per command)."""
-    from pdfleet.inventory import load_inventory
+def _source(args: argparse.Namespace) -> InventorySource:
+    """-i with the Vault flags."""
+    from pdfleet.inventory_flags import source_from_args
 
-    inv = load_inventory(path)
+    return source_from_args(args)
+
+
+@functools.lru_cache(maxsize=4)
+def _inventory_sim(given: Path | InventorySource) -> tuple[list[SimHost], dict[str, object]]:
+    """The inventory's hosts and its `pdfleet_sim` settings (read once per command)."""
+    from pdfleet.inventory import InventorySource, load_inventory
+
+    source = InventorySource.of(given)
+    path = source.path
+    inv = load_inventory(source)
     sim = inv.variables.get("pdfleet_sim")
     if not isinstance(sim, dict):
         raise SimError(f"{path}: no `pdfleet_sim` variable (bridge, cidr, gateway, state_dir): not a sim inventory")
@@ -63,7 +76,7 @@ def _state_dir(args: argparse.Namespace) -> Path:
     if args.state_dir is not None:
         return args.state_dir
     if args.inventory is not None:
-        return Path(str(_inventory_sim(args.inventory)[1].get("state_dir", DEFAULT_STATE_DIR)))
+        return Path(str(_inventory_sim(_source(args))[1].get("state_dir", DEFAULT_STATE_DIR)))
     return DEFAULT_STATE_DIR
 
 
@@ -104,10 +117,13 @@ def _count(text: str) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from pdfleet.inventory_flags import add_vault_arguments
+
     sim = subparsers.add_parser("sim", help="simulated cluster: systemd-nspawn hosts on this machine")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-i", "--inventory", type=Path, help="take hosts and pdfleet_sim settings from this inventory")
+    add_vault_arguments(common, "for -i")
     common.add_argument(
         "--state-dir",
         type=Path,
@@ -158,7 +174,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _cmd_up(args: argparse.Namespace) -> int:
     with_runtime = True
     if args.inventory is not None:
-        sim_hosts, sim = _inventory_sim(args.inventory)
+        sim_hosts, sim = _inventory_sim(_source(args))
         try:
             network = SimNetwork(str(sim["bridge"]), str(sim["cidr"]), str(sim["gateway"]))
         except KeyError as exc:
