@@ -19,8 +19,11 @@ Who may connect where:
 - the gateway's serving port: ``firewall.clients``, the operators, the host itself;
 - the router's metrics port, Prometheus and the watchdog's metrics (the reserved ports of the router host):
   ``firewall.scrapers``, the operators, the host itself.
-Not closed: the TCP port SGLang's prefill binds for its ZMQ socket (the decodes send it their transfer requests):
-SGLang picks a random free port and has no setting for a range, so it is left as the host's own rules have it.
+Not closed: the TCP ports SGLang's workers bind for their ZMQ sockets (a prefill rank's, to which the decodes send
+their transfer requests): SGLang lets the kernel pick them from its ephemeral range and has no setting for a range,
+so they are left as the host's own rules have it. The ephemeral range (32768-60999 by default) holds the default
+UCX range: a ZMQ socket that lands there is open to the planned peers only, which are its only callers (the
+decodes of a prefill host); a tool on an operator's machine cannot reach it.
 
 The planner calls ``check_firewall`` with its other rules; ``pdfleet.plandoc`` puts each host's allow-list and
 ruleset into the plan document (``host_firewalls``), which the pdfleet_firewall role writes.

@@ -8,8 +8,9 @@ b. a rollout to the patched stack whose SECOND host (node2) fails its isolated g
    naming node2 and the step, and client load through the router is served throughout. The gates of this run
    skip the abort cascade (and so the logs, empty without one): node2's previous record is the pristine stack,
    which wedges under any cascade (step d), so a rollback gate with one could never pass.
-d. a real wedge: node3 is still pristine (b never reached it); one foreign frame into its prefill's rank 0
-   bootstrap socket kills that rank's SGLang bootstrap thread (pdfleet_sim.testing.realwedge); the watchdog
+d. a real wedge: node3 is still pristine (b never reached it); one foreign frame into one rank's bootstrap socket
+   of its prefill (the first this machine may reach: reachable_rank) kills that rank's SGLang bootstrap thread
+   (pdfleet_sim.testing.realwedge), confirmed by the prefill's journal; the watchdog
    deployed on router1 names node3 WEDGED within its budget, node1 and node2 make no transition, Prometheus
    fires PdfleetPairWedged for node3. Alert mode acts on nothing; the step restarts node3's units and the
    watchdog sees the pair OK again.
@@ -49,11 +50,13 @@ from typing import Any
 import pytest
 import yaml
 from fleet.loadgen import Load
+from pdfleet.firewall import UCX_PORT_RANGE_ENV, port_range
 from pdfleet.fleet import Pair
 from pdfleet.fleet.steps import request_counts
+from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from pdfleet.verify.signatures import THREAD_DEATH
-from pdfleet_sim.testing.realwedge import foreign_frame
+from pdfleet_sim.testing.realwedge import foreign_frame, rank_sockets
 from rollout.helpers import ListingWatch, Run, get_json, rollout
 from sim_faults.conftest import START_BUDGET_S, Timing
 from sim_faults.test_faults import PREFILL, kill9, main_pid, worker_bound
@@ -199,22 +202,37 @@ def thread_died(c: ScratchCluster, host: str, unit: str, after: float) -> bool:
     return any(p.search(line) for line in proc.stdout.splitlines() for p in THREAD_DEATH)
 
 
+def reachable_rank(c: ScratchCluster, unit: str, address: str, port: int) -> int:
+    """The first TP rank of the prefill whose bootstrap socket this machine (an operator of the fleet) may reach.
+    SGLang binds each rank's socket on a port the kernel picks from its ephemeral range, which holds the workers'
+    UCX range (nixl.ucx_tcp_port_range); a socket that lands there is open to the planned peers only (the
+    decodes, its only callers in production), so a frame from here would be refused."""
+    (prefill,) = [u for u in plan_inventory(c.source).units() if u.name == unit]
+    ucx = port_range(prefill.environment.get(UCX_PORT_RANGE_ENV, ""))
+    sockets = rank_sockets(address, port)
+    for rank, (_, rank_port) in enumerate(sockets):
+        if ucx is None or not ucx[0] <= rank_port <= ucx[1]:
+            return rank
+    raise AssertionError(f"{unit}: every rank's socket {sockets} is inside the UCX range {ucx}: restart it")
+
+
 def kill_bootstrap_thread(c: ScratchCluster, unit: str, address: str, port: int,
                           tries: int = 3) -> tuple[float, tuple[str, int], int]:
-    """One foreign frame into the prefill's rank 0 bootstrap socket, until its journal shows the thread's death
-    (the watchdog is timed from the frame that killed it, not from one ZMQ failed to deliver); the epoch of that
-    frame, the socket and how many frames it took."""
+    """One foreign frame into one rank's bootstrap socket (reachable_rank), until the prefill's journal shows the
+    thread's death (the watchdog is timed from the frame that killed it, not from one ZMQ failed to deliver); the
+    epoch of that frame, the socket and how many frames it took."""
+    rank = reachable_rank(c, unit, address, port)
     for frame in range(1, tries + 1):
         sent = time.time()
-        rank_socket = foreign_frame(address, port, rank=0)  # one frame, one rank
+        rank_socket = foreign_frame(address, port, rank=rank)  # one frame, one rank
         try:
             wait_for(f"{unit}: the bootstrap thread's death in its journal",
                      lambda t=sent: thread_died(c, WEDGED_HOST, unit, t), 20, 1.0)
         except AssertionError:
-            say(f"d: frame {frame} to {rank_socket} left no thread death in {unit}'s journal")
+            say(f"d: frame {frame} to rank {rank} at {rank_socket} left no thread death in {unit}'s journal")
             continue
         return sent, rank_socket, frame
-    raise AssertionError(f"{tries} foreign frames into {unit}'s rank 0 bootstrap socket never killed its thread")
+    raise AssertionError(f"{tries} foreign frames into {unit}'s rank {rank} bootstrap socket never killed its thread")
 
 
 def watchdog_evidence(c: ScratchCluster, host: str, after: float) -> str:
