@@ -22,8 +22,9 @@ Who may connect where:
 Not closed: the TCP ports SGLang's workers bind for their ZMQ sockets (a prefill rank's, to which the decodes send
 their transfer requests): SGLang lets the kernel pick them from its ephemeral range and has no setting for a range,
 so they are left as the host's own rules have it. The ephemeral range (32768-60999 by default) holds the default
-UCX range: a ZMQ socket that lands there is open to the planned peers only, which are its only callers (the
-decodes of a prefill host); a tool on an operator's machine cannot reach it.
+UCX range, so each prefill/decode host also reserves the UCX range from the kernel's ephemeral allocation
+(``net.ipv4.ip_local_reserved_ports``, also for IPv6; ``reserved_ports``, whatever the firewall's ``enabled``): a
+port-0 bind (ZMQ's, any client's) never lands there, and UCX, which binds its ports by number, keeps all of them.
 
 The planner calls ``check_firewall`` with its other rules; ``pdfleet.plandoc`` puts each host's allow-list and
 ruleset into the plan document (``host_firewalls``), which the pdfleet_firewall role writes.
@@ -228,11 +229,23 @@ def _render(host: str, rules: list[Allow]) -> str:
     return "\n".join(lines)
 
 
+def reserved_ports(plan: Plan, host: str) -> str:
+    """The port ranges ``host`` keeps out of the kernel's ephemeral allocation: its prefill/decode workers' UCX range
+    (``UCX_TCP_PORT_RANGE``), as the ``net.ipv4.ip_local_reserved_ports`` list ("first-last[,first-last]"); "" when
+    none. Independent of the firewall's ``enabled``: the reservation keeps UCX's ports free, the firewall filters."""
+    ranges = {u.environment.get(UCX_PORT_RANGE_ENV, "") for u in plan.hosts.get(host, [])
+              if u.role in ("prefill", "decode")}
+    spans = sorted(filter(None, (port_range(r) for r in ranges)))
+    return ",".join(f"{a}-{b}" for a, b in spans)
+
+
 def host_firewalls(plan: Plan) -> dict[str, dict[str, object]]:
-    """For the plan document: each host with units, its allow-list and its ruleset ("" with the firewall off)."""
+    """For the plan document: each host with units, its allow-list, its ruleset ("" with the firewall off) and the
+    ports it reserves from the kernel's ephemeral range (``reserved_ports``)."""
     lists = allow_lists(plan)
     return {host: {"enabled": host in lists,
                    "allow": [{"ports": a.ports, "what": a.what, "sources": list(a.sources)}
                              for a in lists.get(host, [])],
-                   "ruleset": _render(host, lists.get(host, []))}
+                   "ruleset": _render(host, lists.get(host, [])),
+                   "reserved_ports": reserved_ports(plan, host)}
             for host in sorted(plan.hosts)}

@@ -70,7 +70,8 @@ def _settings(tmp_path: Path) -> dict[str, dict]:
                           "loaded_version_path": none, "unit": "pdfleet-no-such.service", "want": _driver_want(none)},
         "pdfleet_firewall": {"package": "pdfleet-no-such-package", "path": none, "conf": none,
                              "include": f'include "{none}"', "table": "pdfleet-no-such-table",
-                             "unit": "pdfleet-no-such.service", "want": {"present": False, "file": None}},
+                             "unit": "pdfleet-no-such.service", "reserved_proc": none, "reserved_path": none,
+                             "want": {"present": False, "file": None, "reserved_ports": ""}},
         "pdfleet_monitoring": {"package": "pdfleet-no-such-package", "files": [none],
                                "unit": "pdfleet-no-such.service", "want": MONITORING_WANT},
         "pdfleet_units": {"user": "pdfleet-no-such-user", "group": "pdfleet-no-such-group", "dirs": [none],
@@ -97,6 +98,10 @@ def test_every_role_probe_runs_with_the_shared_helpers_and_finds_nothing(tmp_pat
     assert run_probe("model", settings["model"]) == {"dir": None, "files": {},
                                                   "differs": {"dir": True, "standin": False}}
     assert none not in str(run_probe("nixl", settings["nixl"])["dists"])
+    # pdfleet_firewall: nothing there, nothing reserved: nothing differs (a host without pdfleet's firewall).
+    firewall = run_probe("pdfleet_firewall", settings["pdfleet_firewall"])
+    assert firewall["reserved"] == {"live": None, "file_text": None, "want_live": "", "file": None}
+    assert not any(firewall["differs"].values()), firewall["differs"]
 
 
 def test_watchdog_probe_names_a_changed_wheel_file(tmp_path: Path) -> None:

@@ -205,6 +205,21 @@ def test_enabled_false_gives_no_rules() -> None:
     doc = plan_document(plan)
     assert {h: (f["enabled"], f["allow"], f["ruleset"]) for h, f in doc["host_firewalls"].items()} == {
         h: (False, [], "") for h in plan.hosts}
+    # The UCX range stays reserved from the kernel's ephemeral ports: that keeps UCX's ports free, not closed.
+    workers = {h for h, units in plan.hosts.items() if any(u.role in ("prefill", "decode") for u in units)}
+    assert workers and all(doc["host_firewalls"][h]["reserved_ports"] == "40000-40999" for h in workers)
+
+
+def test_each_prefill_decode_host_reserves_its_ucx_range_and_no_other_host_does(fleet: Plan) -> None:
+    doc = plan_document(fleet)
+    reserved = {h: f["reserved_ports"] for h, f in doc["host_firewalls"].items()}
+    router = next(u.host for u in fleet.units() if u.kind == "router")
+    assert reserved.pop(router) == ""  # the gateway host runs no UCX
+    assert reserved and set(reserved.values()) == {"40000-40999"}
+    cluster, named = _base()
+    cluster = copy.deepcopy(cluster)
+    cluster.setdefault("nixl", {})["ucx_tcp_port_range"] = ""  # UCX picks its own ports: nothing to reserve
+    assert {f["reserved_ports"] for f in plan_document(_plan(cluster, named))["host_firewalls"].values()} == {""}
 
 
 def test_operators_and_ipv6_clients_render_per_family_with_overlaps_merged() -> None:
@@ -228,25 +243,97 @@ def probe():
 
 FILE = {"sha256": "a" * 64, "mode": "0644", "owner": "root", "group": "root"}
 ENABLED = {"enabled": "enabled", "active": "active"}
+UNKNOWN = {"enabled": "unknown", "active": "unknown"}
+NO_RESERVED = {"live": "", "file_text": None, "want_live": "", "file": None}
 
 
 @pytest.mark.parametrize(("want", "found", "differ"), [
     ({"present": True, "file": FILE}, {"installed": True, "file": FILE, "include": True, "table": True,
-                                       "unit": ENABLED}, set()),
+                                       "unit": ENABLED, "reserved": NO_RESERVED}, set()),
     ({"present": True, "file": FILE}, {"installed": False, "file": None, "include": False, "table": False,
-                                       "unit": {"enabled": "unknown", "active": "unknown"}},
+                                       "unit": UNKNOWN, "reserved": NO_RESERVED},
      {"package", "ruleset", "include", "loaded", "boot"}),
     ({"present": True, "file": FILE}, {"installed": True, "file": dict(FILE, sha256="b" * 64), "include": True,
-                                       "table": True, "unit": ENABLED}, {"ruleset"}),
+                                       "table": True, "unit": ENABLED, "reserved": NO_RESERVED}, {"ruleset"}),
     ({"present": False, "file": None}, {"installed": True, "file": FILE, "include": True, "table": True,
-                                        "unit": ENABLED}, {"ruleset", "include", "loaded"}),
+                                        "unit": ENABLED, "reserved": NO_RESERVED}, {"ruleset", "include", "loaded"}),
     ({"present": False, "file": None}, {"installed": False, "file": None, "include": False, "table": False,
-                                        "unit": {"enabled": "unknown", "active": "unknown"}}, set()),
+                                        "unit": UNKNOWN, "reserved": NO_RESERVED}, set()),
 ], ids=["converged", "bare", "changed", "turned-off", "off-and-bare"])
 def test_the_role_probe_decides_what_differs(probe, want: dict, found: dict, differ: set[str]) -> None:
     out = probe.differs({"want": want}, found)
     assert set(out) == set(probe.DIFFERS)
     assert {k for k, v in out.items() if v} == differ
+
+
+def _reserved_found(probe, want: str, live: str, file_text: str | None) -> dict:
+    found = {"installed": True, "file": FILE, "include": True, "table": True, "unit": ENABLED}
+    found["reserved"] = {"live": live, "file_text": file_text, **probe.reserved(want, live, file_text)}
+    return found
+
+
+def _reserved_differs(probe, want: str, live: str, file_text: str | None) -> set[str]:
+    found = _reserved_found(probe, want, live, file_text)
+    out = probe.differs({"want": {"present": True, "file": FILE, "reserved_ports": want}}, found)
+    return {k for k, v in out.items() if v}
+
+
+def test_the_probe_reserves_the_ucx_range_keeping_the_hosts_own_reservations(probe) -> None:
+    # A bare host: both the kernel's list and the boot file are to be written.
+    assert _reserved_differs(probe, "40000-40999", "", None) == {"reserved_file", "reserved_live"}
+    # The host already reserves 50000 (its own): kept, in the kernel and in the file that sets the list at boot.
+    first = probe.reserved("40000-40999", "50000", None)
+    assert first["want_live"] == "40000-40999,50000"
+    assert "net.ipv4.ip_local_reserved_ports = 40000-40999,50000\n" in first["file"]
+    assert "# pdfleet's own: 40000-40999\n" in first["file"]
+    # Converged: nothing differs, and the wanted state is the same again (idempotent).
+    assert _reserved_differs(probe, "40000-40999", first["want_live"], first["file"]) == set()
+    assert probe.reserved("40000-40999", first["want_live"], first["file"]) == first
+    # The kernel lost the list (a reboot without the file, a person's sysctl -w): only the live list differs.
+    assert _reserved_differs(probe, "40000-40999", "50000", first["file"]) == {"reserved_live"}
+    # The range moves: ours goes, the new one comes, the host's own stays.
+    moved = probe.reserved("41000-41999", first["want_live"], first["file"])
+    assert moved["want_live"] == "41000-41999,50000"
+    # The plan reserves nothing any more: the file goes and the kernel keeps only the host's own.
+    gone = probe.reserved("", moved["want_live"], moved["file"])
+    assert gone == {"want_live": "50000", "file": None}
+    assert _reserved_differs(probe, "", moved["want_live"], moved["file"]) == {"reserved_file", "reserved_live"}
+    # Never planned, nothing there: nothing to do, whatever the host reserves itself.
+    assert _reserved_differs(probe, "", "50000", None) == set()
+
+
+def test_the_kernel_keeps_port_0_binds_out_of_the_reserved_range(probe) -> None:
+    """What the reservation is for, on this machine's kernel in a throwaway network namespace: with the range
+    reserved, no port-0 bind lands in it; the same binds without it do (the kernel's ephemeral range holds it)."""
+    if not shutil.which("unshare") or subprocess.run(["unshare", "-n", "true"], capture_output=True,
+                                                     check=False).returncode != 0:
+        pytest.skip("needs unshare and CAP_SYS_ADMIN (root) for a throwaway network namespace")
+    script = r"""
+import socket, sys
+if sys.argv[1]:
+    with open("/proc/sys/net/ipv4/ip_local_reserved_ports", "w") as f:
+        f.write(sys.argv[1] + "\n")
+# ip_local_port_range narrowed to a window that straddles the range, so that the kernel must choose around it
+with open("/proc/sys/net/ipv4/ip_local_port_range", "w") as f:
+    f.write("39950 40049\n")
+socks, inside = [], 0
+for _ in range(150):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", 0))
+    except OSError:
+        break  # the window is used up
+    s.listen(1); socks.append(s)
+    inside += 40000 <= s.getsockname()[1] <= 40999
+print(len(socks), inside)
+"""
+    want = probe.reserved("40000-40999", "", None)["want_live"]
+    for reserve, check in ((want, lambda n, inside: n == 50 and inside == 0), ("", lambda n, inside: inside == 50)):
+        proc = subprocess.run(["unshare", "-n", "python3", "-c", script, reserve], capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert proc.returncode == 0, proc.stderr
+        bound, inside = (int(x) for x in proc.stdout.split())
+        assert check(bound, inside), (reserve, bound, inside)
 
 
 # Two throwaway network namespaces (unshare: gone when the script ends) joined by a veth pair: the sim fleet's node1

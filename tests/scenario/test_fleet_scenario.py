@@ -205,7 +205,8 @@ def thread_died(c: ScratchCluster, host: str, unit: str, after: float) -> bool:
 def reachable_rank(c: ScratchCluster, unit: str, address: str, port: int) -> int:
     """The first TP rank of the prefill whose bootstrap socket this machine (an operator of the fleet) may reach.
     SGLang binds each rank's socket on a port the kernel picks from its ephemeral range, which holds the workers'
-    UCX range (nixl.ucx_tcp_port_range); a socket that lands there is open to the planned peers only (the
+    UCX range (nixl.ucx_tcp_port_range); the deploy reserves that range (pdfleet.firewall.reserved_ports), but a
+    socket bound before the reservation, or on a host that lost it, would be open to the planned peers only (the
     decodes, its only callers in production), so a frame from here would be refused."""
     (prefill,) = [u for u in plan_inventory(c.source).units() if u.name == unit]
     ucx = port_range(prefill.environment.get(UCX_PORT_RANGE_ENV, ""))

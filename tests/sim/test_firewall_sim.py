@@ -141,12 +141,18 @@ def test_the_firewall_outlives_a_boot_reload_and_goes_with_enabled_false(
         converged: ScratchCluster, stranger: tuple[str, str]) -> None:
     """What boot does (nftables.service loads /etc/nftables.conf: its `flush ruleset`, then our include line)
     leaves the pdfleet table loaded and the stranger refused; `firewall.enabled: false` converges to no table, no
-    ruleset file and no include line (the worker port open to the stranger); enabled again, it is all back."""
+    ruleset file and no include line (the worker port open to the stranger) and keeps UCX's ports reserved from
+    the kernel's ephemeral allocation; enabled again, it is all back."""
     netns, _ = stranger
     plan = plan_inventory(converged.inventory)
     worker = (converged.address, next(u for u in plan.units() if u.role == "decode").ports["port"])
     where = f"{worker[0]}:{worker[1]}"
     files = "test -e /etc/nftables.d/pdfleet.nft && echo file; grep -c pdfleet.nft /etc/nftables.conf || true"
+    # The UCX range reserved from the kernel's ephemeral ports, whatever the firewall (pdfleet.firewall.reserved_ports)
+    reserved = ("cat /proc/sys/net/ipv4/ip_local_reserved_ports; "
+                "grep -h '^net.ipv4.ip_local_reserved_ports' /etc/sysctl.d/90-pdfleet-reserved-ports.conf")
+    want_reserved = ["40000-40999", "net.ipv4.ip_local_reserved_ports", "=", "40000-40999"]
+    assert converged.ssh(reserved).stdout.split() == want_reserved
     restart = converged.ssh("systemctl restart nftables.service")
     assert restart.returncode == 0, restart.stderr
     assert _table(converged).returncode == 0, "the boot configuration did not load the pdfleet table"
@@ -157,11 +163,13 @@ def test_the_firewall_outlives_a_boot_reload_and_goes_with_enabled_false(
             gone = _table(converged)
             left = converged.ssh(files).stdout.split()
             open_now = _probe([worker], netns)[where]
+            reserved_off = converged.ssh(reserved).stdout.split()
     finally:
         converged.playbook(SITE, "--tags", "deploy")
     assert gone.returncode != 0, f"enabled: false left the table loaded:\n{gone.stdout}"
     assert left == ["0"], f"enabled: false left the ruleset file or its include line: {left}"
     assert open_now == "open", f"with the firewall off the stranger should reach {where}: {open_now}"
+    assert reserved_off == want_reserved, "the firewall off must leave UCX's ports reserved"
     assert _table(converged).returncode == 0, "enabled again, the table is not back"
     assert converged.ssh(files).stdout.split() == ["file", "1"]
     assert _probe([worker], netns)[where] == "refused"
