@@ -20,8 +20,9 @@ PATHS = {"plan": "/etc/pdfleet-watchdog/plan.json", "command": "/usr/local/bin/p
          "unit": "/etc/systemd/system/pdfleet-watchdog.service",
          "polkit": "/etc/polkit-1/rules.d/50-pdfleet-watchdog.rules",
          "marker": "/opt/pdfleet-watchdog/venv/pdfleet-wheel.sha256",
+         "lock": "/opt/pdfleet-watchdog/requirements.lock",
          "venv_python": "/opt/pdfleet-watchdog/venv/bin/python", "old_tree": "/opt/pdfleet-watchdog/lib"}
-FILES = ("plan", "command", "unit", "marker", "polkit")
+FILES = ("plan", "command", "unit", "marker", "lock", "polkit")
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +109,8 @@ CASES = [
     ("alert", "file plan group", "plan"),
     ("alert", "exists venv_python", "venv"),
     ("alert", "dists pyyaml", "pins"),
+    ("alert", "file lock sha256", "pins"),  # a new hash lock: pip installs it again
+    ("alert", "file lock missing", "pins"),
     ("alert", "dists other version", "pins"),
     ("alert", "wheel_bad not installed", "wheel"),
     ("alert", "wheel_bad /x/a.py (sha256 differs from the RECORD)", "wheel"),

@@ -51,10 +51,11 @@ def differs(cfg: dict, found: dict) -> dict[str, bool]:
     debs: a package is not installed. group, user: the watchdog's group is missing; its user is missing or not as
     wanted (primary group, shell, home, or a wanted supplementary group missing). config_dir, plan, command, unit:
     the directory's or file's state (mode, owner, group; files also sha256) is not the wanted one. venv: the venv
-    has no python. pins: a pin is not installed at its version. wheel: an installed file of the pdfleet wheel does
-    not match its RECORD (or it is not installed), or the marker does not hold this wheel's sha256. old_tree: the
-    package tree of earlier releases is there. polkit: in restart remediation, the polkit rule is not as wanted;
-    polkit_gone: in any other remediation, a polkit rule is there. running: the unit is not enabled and active.
+    has no python. pins: a pin is not installed at its version, or the venv's hash lock (paths "lock") is not this
+    one. wheel: an installed file of the pdfleet wheel does not match its RECORD (or it is not installed), or the
+    marker does not hold this wheel's sha256. old_tree: the package tree of earlier releases is there. polkit: in
+    restart remediation, the polkit rule is not as wanted; polkit_gone: in any other remediation, a polkit rule is
+    there. running: the unit is not enabled and active.
     """
     want = cfg["want"]
     paths, files, exists = want["paths"], found["files"], found["exists"]
@@ -73,7 +74,7 @@ def differs(cfg: dict, found: dict) -> dict[str, bool]:
         "config_dir": any(found["dirs"].get(path) != state for path, state in want["dirs"].items()),
         "plan": file_differs("plan"),
         "venv": not exists[paths["venv_python"]],
-        "pins": len(pins_missing(want["pins"], found["dists"])) > 0,
+        "pins": len(pins_missing(want["pins"], found["dists"])) > 0 or file_differs("lock"),
         "wheel": found["wheel_bad"] != "" or file_differs("marker"),
         "old_tree": exists[paths["old_tree"]],
         "command": file_differs("command"),

@@ -1,0 +1,200 @@
+"""Hash locks for the virtualenvs pdfleet installs from the package registry: each package, its version and the
+sha256 of the wheel a host takes, for every distribution the bundle supports (constants.yml
+``distribution_pythons``: their Python and glibc), so that `pip install --require-hashes` refuses a changed or
+unlisted file and no transitive dependency floats.
+
+One job: resolve a lock's top-level pins with pip itself (``pip install --dry-run --report``, wheels only, for each
+distribution's Python and glibc, on x86-64 Linux) and write the lock file; check that a lock file is current
+(its header names the pins it was made from).
+
+    pdfleet lock watchdog            # rewrite ansible/roles/pdfleet_watchdog/files/requirements.lock
+    pdfleet lock watchdog --check    # exit 1 (naming the difference) when the pins changed since the lock was made
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from pdfleet.errors import PdfleetError
+from pdfleet.paths import REPO_ROOT
+from pdfleet.versions import CONSTANTS
+
+PINS_LINE = "# From: "
+ARCH = "x86_64"
+# manylinux1/2010/2014 are the old names of manylinux_2_5/2_12/2_17 (PEP 600); pip matches both.
+LEGACY_TAGS = {5: "manylinux1", 12: "manylinux2010", 17: "manylinux2014"}
+
+
+class LockError(PdfleetError):
+    """A lock that cannot be made or is out of date."""
+
+
+@dataclass(frozen=True)
+class LockSpec:
+    """Where a lock's top-level pins live (a role's defaults) and where its lock file goes."""
+
+    defaults: Path  # a YAML file holding the pins
+    key: str  # the list of "name==version" pins in it
+    path: Path  # the lock file
+    what: str  # for the header
+
+
+ROLES = REPO_ROOT / "ansible" / "roles"
+LOCKS: dict[str, LockSpec] = {
+    "watchdog": LockSpec(ROLES / "pdfleet_watchdog" / "defaults" / "main.yml", "pdfleet_watchdog_python_packages",
+                         ROLES / "pdfleet_watchdog" / "files" / "requirements.lock",
+                         "the pdfleet_watchdog role's virtualenv"),
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One supported distribution: its system Python (major.minor) and glibc."""
+
+    name: str
+    python: str
+    glibc: str
+
+    def platforms(self) -> list[str]:
+        """The manylinux platform tags a host of this glibc accepts, newest first (pip's own order)."""
+        minor = int(self.glibc.split(".")[1])
+        tags: list[str] = []
+        for m in range(minor, 4, -1):
+            tags.append(f"manylinux_2_{m}_{ARCH}")
+            if m in LEGACY_TAGS:
+                tags.append(f"{LEGACY_TAGS[m]}_{ARCH}")
+        return tags
+
+
+def targets() -> list[Target]:
+    return [Target(name, str(v["python"]), str(v["glibc"]))
+            for name, v in sorted(CONSTANTS["distribution_pythons"].items())]
+
+
+def pins_of(spec: LockSpec) -> list[str]:
+    data = yaml.safe_load(spec.defaults.read_text())
+    pins = data.get(spec.key) if isinstance(data, dict) else None
+    if not isinstance(pins, list) or not all(isinstance(p, str) and "==" in p for p in pins):
+        raise LockError(f"{spec.defaults}: {spec.key} is not a list of name==version pins")
+    return sorted(pins, key=str.lower)
+
+
+def _canonical(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+Resolved = dict[str, tuple[str, str]]  # canonical name -> (version, sha256)
+Resolver = Callable[[Sequence[str], Target], Resolved]
+
+
+def pip_resolve(pins: Sequence[str], target: Target) -> Resolved:
+    """What pip installs for ``pins`` on ``target`` (wheels only): each package's version and its wheel's sha256,
+    from pip's installation report (nothing is installed)."""
+    with tempfile.TemporaryDirectory(prefix="pdfleet-lock-") as tmp:
+        report = Path(tmp) / "report.json"
+        argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+                "--disable-pip-version-check", "--report", str(report), "--only-binary=:all:",
+                "--python-version", target.python, "--implementation", "cp", "--target", str(Path(tmp) / "t")]
+        for tag in target.platforms():
+            argv += ["--platform", tag]
+        proc = subprocess.run([*argv, *pins], capture_output=True, text=True, check=False, timeout=900)
+        if proc.returncode != 0:
+            raise LockError(f"pip could not resolve {' '.join(pins)} for {target.name} (CPython {target.python}, "
+                            f"glibc {target.glibc}): {proc.stderr.strip()[-800:]}")
+        doc = json.loads(report.read_text())
+    out: Resolved = {}
+    for item in doc.get("install", []):
+        hashes = item.get("download_info", {}).get("archive_info", {}).get("hashes", {})
+        if "sha256" not in hashes:
+            raise LockError(f"pip's report gives no sha256 for {item['metadata']['name']} ({target.name}); "
+                            "the index must publish hashes")
+        out[_canonical(item["metadata"]["name"])] = (item["metadata"]["version"], hashes["sha256"])
+    return out
+
+
+def render(spec: LockSpec, pins: Sequence[str], by_target: Mapping[Target, Resolved]) -> str:
+    """The lock file: one requirement per package with every wheel hash the targets take; a package not all
+    targets install, or at a version that differs between them, carries a python_version marker per version."""
+    names = sorted({n for r in by_target.values() for n in r})
+    pythons = sorted({t.python for t in by_target}, key=lambda v: tuple(int(x) for x in v.split(".")))
+    dists = ", ".join(f"{t.name} {t.python}" for t in sorted(by_target, key=lambda t: t.name))
+    lines = [f"# Hash lock of {spec.what}: every package and the sha256 of each wheel a supported",
+             f"# distribution's Python takes ({dists}; x86-64 Linux).",
+             f"# Installed with pip --require-hashes. Made by `pdfleet lock {_lock_name(spec)}` from the pins below:",
+             "# do not edit.",
+             f"{PINS_LINE}{' '.join(pins)}"]
+    for name in names:
+        versions: dict[str, list[Target]] = {}
+        for t, resolved in by_target.items():
+            if name in resolved:
+                versions.setdefault(resolved[name][0], []).append(t)
+        for version, ts in sorted(versions.items()):
+            hashes = sorted({by_target[t][name][1] for t in ts})
+            on = sorted({t.python for t in ts}, key=pythons.index)
+            marker = "" if on == pythons else " ; " + " or ".join(f'python_version == "{p}"' for p in on)
+            lines.append(f"{name}=={version}{marker} \\")
+            lines += [f"    --hash=sha256:{h}" + (" \\" if i < len(hashes) - 1 else "") for i, h in enumerate(hashes)]
+    return "\n".join(lines) + "\n"
+
+
+def _lock_name(spec: LockSpec) -> str:
+    return next(name for name, s in LOCKS.items() if s == spec)
+
+
+def make(spec: LockSpec, resolve: Resolver = pip_resolve, log: Callable[[str], None] = print) -> str:
+    pins = pins_of(spec)
+    by_target: dict[Target, Resolved] = {}
+    for t in targets():
+        log(f"resolving for {t.name} (CPython {t.python}, glibc {t.glibc}) ...")
+        by_target[t] = resolve(pins, t)
+    return render(spec, pins, by_target)
+
+
+def lock_pins(text: str) -> list[str] | None:
+    """The pins a lock file says it was made from (None: not a lock file of ours)."""
+    for line in text.splitlines():
+        if line.startswith(PINS_LINE):
+            return line[len(PINS_LINE):].split()
+    return None
+
+
+def check(spec: LockSpec) -> str:
+    """"" when the lock file is current; else what differs and the fix."""
+    try:
+        made_from = lock_pins(spec.path.read_text())
+    except OSError as e:
+        return f"{spec.path}: cannot read the lock ({e.strerror}); make it with `pdfleet lock {_lock_name(spec)}`"
+    pins = pins_of(spec)
+    if made_from != pins:
+        return (f"{spec.path} was made from {made_from} but {spec.defaults} ({spec.key}) pins {pins}: "
+                f"make it again with `pdfleet lock {_lock_name(spec)}` and commit it")
+    return ""
+
+
+def cmd_lock(args: argparse.Namespace) -> int:
+    spec = LOCKS[args.name]
+    if args.check:
+        problem = check(spec)
+        print(problem or f"{spec.path}: current", file=sys.stderr if problem else sys.stdout)
+        return 1 if problem else 0
+    text = make(spec, log=lambda m: print(m, file=sys.stderr))
+    spec.path.write_text(text)
+    print(f"wrote {spec.path} ({sum(1 for line in text.splitlines() if '==' in line and not line.startswith('#'))} "
+          "requirements)")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("lock", help="write (or --check) the hash lock of a virtualenv pdfleet installs")
+    p.add_argument("name", choices=sorted(LOCKS))
+    p.add_argument("--check", action="store_true", help="only say whether the lock matches its pins")
+    p.set_defaults(func=cmd_lock)

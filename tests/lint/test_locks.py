@@ -1,0 +1,98 @@
+"""Hash locks of the venvs pdfleet installs from the registry (pdfleet.locks): the shipped lock is current with its
+pins and hashes every requirement; a lock holds a python_version marker where the supported distributions' Pythons
+resolve differently and every wheel hash each takes; a pin changed without a new lock is named with the fix."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+from pdfleet import locks
+
+REQUIREMENT = re.compile(r"^([a-z0-9-]+)==([^ ;]+)( ; .*)? \\$")
+
+
+def _requirements(text: str) -> dict[str, list[str]]:
+    """name==version[ ; marker] -> its hashes, from a lock's text."""
+    out: dict[str, list[str]] = {}
+    current = ""
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        if REQUIREMENT.match(line):
+            current = line.rstrip(" \\")
+            out[current] = []
+        else:
+            m = re.fullmatch(r"    --hash=sha256:([0-9a-f]{64})( \\)?", line)
+            assert m and current, f"not a lock line: {line!r}"
+            out[current].append(m.group(1))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(locks.LOCKS))
+def test_the_shipped_lock_is_current_and_hashes_every_requirement(name: str) -> None:
+    spec = locks.LOCKS[name]
+    assert locks.check(spec) == ""
+    reqs = _requirements(spec.path.read_text())
+    assert reqs and all(reqs.values()), "a requirement without a hash"
+    names = {r.split("==")[0] for r in reqs}
+    for pin in locks.pins_of(spec):  # every top-level pin at its version, whatever the Python
+        assert any(r.split(" ;")[0] == pin.lower().replace("_", "-") for r in reqs), pin
+    assert len(names) > len(locks.pins_of(spec)), "the transitive dependencies are locked too"
+
+
+def _hash(python: str) -> str:
+    return python.replace(".", "").ljust(64, "a")  # a different wheel per Python
+
+
+def _fake(pins: Sequence[str], target: locks.Target) -> locks.Resolved:
+    out = {"a": ("1.0", _hash(target.python)), "b": ("2.0", "b" * 64)}
+    if target.python == "3.10":
+        out["backport"] = ("0.1", "c" * 64)  # only the oldest Python needs it
+        out["b"] = ("1.9", "d" * 64)  # its newest release dropped 3.10
+    return out
+
+
+def _spec(tmp_path: Path, pins: list[str]) -> locks.LockSpec:
+    defaults = tmp_path / "defaults.yml"
+    defaults.write_text(yaml.safe_dump({"pins": pins}))
+    return replace(locks.LOCKS["watchdog"], defaults=defaults, key="pins", path=tmp_path / "requirements.lock")
+
+
+def test_a_lock_marks_what_differs_by_python_and_keeps_every_hash(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _spec(tmp_path, ["b==2.0", "a==1.0"])
+    monkeypatch.setitem(locks.LOCKS, "test", spec)
+    text = locks.make(spec, resolve=_fake, log=lambda _m: None)
+    reqs = _requirements(text)
+    pythons = sorted({t.python for t in locks.targets()})
+    assert len(pythons) > 1 and "3.10" in pythons
+    assert sorted(reqs["a==1.0"]) == sorted(_hash(p) for p in pythons)  # one hash per wheel taken
+    assert reqs['backport==0.1 ; python_version == "3.10"'] == ["c" * 64]
+    assert reqs['b==1.9 ; python_version == "3.10"'] == ["d" * 64]
+    newer = " or ".join(f'python_version == "{p}"' for p in pythons if p != "3.10")
+    assert reqs[f"b==2.0 ; {newer}"] == ["b" * 64]
+    assert locks.lock_pins(text) == ["a==1.0", "b==2.0"]
+    assert locks.make(spec, resolve=_fake, log=lambda _m: None) == text  # byte-stable
+
+
+def test_a_pin_changed_without_a_new_lock_is_named_with_the_fix(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _spec(tmp_path, ["a==1.0"])
+    monkeypatch.setitem(locks.LOCKS, "test", spec)
+    assert "pdfleet lock test" in locks.check(spec)  # no lock yet
+    spec.path.write_text(locks.make(spec, resolve=_fake, log=lambda _m: None))
+    assert locks.check(spec) == ""
+    (tmp_path / "defaults.yml").write_text(yaml.safe_dump({"pins": ["a==1.1"]}))
+    problem = locks.check(spec)
+    assert "['a==1.0']" in problem and "['a==1.1']" in problem and "pdfleet lock test" in problem
+
+
+def test_the_platform_tags_stop_at_the_distributions_glibc() -> None:
+    tags = locks.Target("ubuntu-jammy", "3.10", "2.35").platforms()
+    assert tags[0] == "manylinux_2_35_x86_64" and "manylinux_2_36_x86_64" not in tags
+    assert {"manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "manylinux_2_17_x86_64"} <= set(tags)
