@@ -93,6 +93,7 @@ class Remediator:
     leases: Leases | None = None  # the pair leases (None: not coordinated, as in tests of the rules alone)
     lease_ttl_s: float = LEASE_TTL_S
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _lease_lock: threading.Lock = field(default_factory=threading.Lock)  # renew (loop) vs. the end (remediation)
     _thread: threading.Thread | None = None
 
     def recent_restarts(self, host: str) -> int:
@@ -219,11 +220,12 @@ class Remediator:
             self.log(f"{host}: {action} failed, left out of the router: {e}")
         finally:
             self.counts[(host, action, result)] += 1
-            if host in self.left_out:
-                self._keep_left_out(host)
-            else:
-                self._drop_lease(host)
-            self.intent = None
+            with self._lease_lock:  # no renewal can take the lease again after this
+                self.intent = None
+                if host in self.left_out:
+                    self._keep_left_out(host)
+                else:
+                    self._drop_lease(host)
             self.busy = None
             self._persist()
 
@@ -265,13 +267,14 @@ class Remediator:
 
     def renew(self) -> None:
         """Renew the lease of the remediation under way (every round): it expires lease_ttl_s after this."""
-        intent, host = self.intent, self.busy
-        if self.leases is None or intent is None or host is None or intent.get("host") != host:
-            return
-        try:
-            self.leases.acquire(host, str(intent.get("action")), self.lease_ttl_s)
-        except LeaseError as e:
-            self.log(f"{host}: the remediation's lease could not be renewed: {e}")
+        with self._lease_lock:
+            intent, host = self.intent, self.busy
+            if self.leases is None or intent is None or host is None or intent.get("host") != host:
+                return
+            try:
+                self.leases.acquire(host, str(intent.get("action")), self.lease_ttl_s)
+            except LeaseError as e:
+                self.log(f"{host}: the remediation's lease could not be renewed: {e}")
 
     def _persist(self) -> None:
         if self.persist is not None:
