@@ -103,6 +103,15 @@ def test_drain_keeps_the_lease_until_undrain_releases_it(hosts: Hosts) -> None:
     assert lease.read("node2", hosts.leases) is None
 
 
+def test_a_drain_that_fails_keeps_the_lease_and_says_how_to_undo_it(hosts: Hosts) -> None:
+    def broken(pair: fleet.Pair) -> fleet.DrainResult:
+        raise fleet.RouterError("router http://10.77.0.10:8000: DELETE /workers/x: 503")
+
+    line = drain_pair(PAIR, hosts.store, broken)
+    assert line.code == FAILED and "503" in line.text and "`pdfleet ops undrain node2` puts it back" in line.text
+    assert lease.read("node2", hosts.leases).purpose == "drain"
+
+
 def test_undrain_refuses_a_pair_the_rollout_holds_unless_the_lease_is_broken(hosts: Hosts) -> None:
     lease.acquire("node2", "rollout", "rollout", who="ci@ctl pid 5", ttl_s=7200, directory=hosts.leases)
     router = Router()

@@ -51,7 +51,12 @@ def drain_pair(pair: fleet.Pair, leases: Callable[[], Leases],
         leases().acquire(pair.host, "drain", None)
     except LeaseError as e:
         return HostLine(pair.host, FAILED, f"not drained (the pair still serves): {e}")
-    res = drain(pair)
+    try:
+        res = drain(pair)
+    except (fleet.RouterError, fleet.FleetError) as e:
+        return HostLine(pair.host, FAILED, f"drain failed: {e}; the pair may be partly out of the router and its "
+                                           f"lease is held by ops: `pdfleet ops undrain {pair.host}` puts it back "
+                                           "and releases it")
     text = (f"{len(res.removed)} worker(s) out of the router; {res.idle.describe()}; its lease is held by ops until "
             f"`pdfleet ops undrain {pair.host}`")
     return HostLine(pair.host, OK if res.ok else FAILED, text)
