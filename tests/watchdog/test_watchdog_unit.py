@@ -707,3 +707,22 @@ def test_a_restarted_watchdog_takes_its_own_lease_again_but_not_one_another_acto
     assert d is not None and d.action == "wait" and "bob@ctl" in d.reason
     r2.join(10)
     assert other.calls == [] and r2.busy is None and r2.intent is None
+
+
+def test_a_restarted_watchdog_that_cannot_take_its_lease_keeps_the_intent_until_it_can(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropping the intent there would leave a pair the previous process took out of the router out for good."""
+    monkeypatch.setattr(lease.os, "geteuid", lambda: 1000)
+    _, pairs, urls = _fleet({"a": State.WEDGED, "b": State.OK})
+    actions, logs = FakeActions(set(urls)), []
+    store = tmp_path / "not-yet"
+    r = Remediator("restart", 3, actions, log=logs.append, leases=LocalLeases("watchdog", directory=store))
+    r.restore({"remediation": {"intent": {"host": "a", "action": "restart", "started": 1.0}}}, pairs)
+    for _ in range(3):  # three rounds: refused, said once
+        d = r.resume(pairs)
+        assert d is not None and d.action == "refuse" and r.pending is not None and actions.calls == []
+    assert sum("refuse" in m for m in logs) == 1, logs
+    store.mkdir()
+    assert r.resume(pairs) is not None
+    r.join(10)
+    assert actions.calls == ["remove a", "restart a", "gate a", "readd a"] and r.pending is None

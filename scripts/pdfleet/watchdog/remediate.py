@@ -254,7 +254,7 @@ class Remediator:
         try:
             self.leases.acquire(host, "left_out", None)
             self.log(f"{host}: its lease is kept (left_out) until a person puts it back: pdfleet ops undrain {host}")
-        except LeaseError as e:
+        except (LeaseError, OSError) as e:
             self.log(f"{host}: left out, but its lease could not be kept: {e}")
 
     def _drop_lease(self, host: str) -> None:
@@ -262,7 +262,7 @@ class Remediator:
             return
         try:
             self.leases.release(host)
-        except LeaseError as e:
+        except (LeaseError, OSError) as e:
             self.log(f"{host}: its lease could not be released: {e}")
 
     def renew(self) -> None:
@@ -273,7 +273,7 @@ class Remediator:
                 return
             try:
                 self.leases.acquire(host, str(intent.get("action")), self.lease_ttl_s)
-            except LeaseError as e:
+            except (LeaseError, OSError) as e:
                 self.log(f"{host}: the remediation's lease could not be renewed: {e}")
 
     def _persist(self) -> None:
@@ -294,7 +294,9 @@ class Remediator:
         decision = Decision(host, str(pending["action"]),
                             f"finishing the {pending['action']} a previous watchdog process began at "
                             f"{pending.get('started')} and did not end")
-        self.log(f"{host}: remediation: {decision.action}: {decision.reason}")
+        previous = self.last.get(host)
+        if previous is None or previous.action != "refuse":  # a retry after a refusal is not said again
+            self.log(f"{host}: remediation: {decision.action}: {decision.reason}")
         self.last[host] = decision
         with self._lock:
             if self.busy is not None:
@@ -302,9 +304,12 @@ class Remediator:
                 return None
             self.busy = host
         refused = self._take_lease(decision)
-        if refused is not None:  # another actor took the pair meanwhile: it is theirs now
-            self._refused(refused, None)
-            self._persist()  # the unfinished intent is dropped from the state file
+        if refused is not None:
+            self._refused(refused, previous)
+            if refused.action == "refuse":  # the store cannot be used now: finish it once it can
+                self.pending = pending
+            else:  # another actor took the pair meanwhile (the lease had run out): it is theirs now
+                self._persist()  # the unfinished intent is dropped from the state file
             return refused
         self.intent = dict(pending)
         self._persist()
@@ -328,7 +333,7 @@ class Remediator:
                     held = self.leases.read(host)
                     if held is not None and held.kind == "watchdog" and held.purpose == "left_out":
                         self.leases.release(host)
-                except LeaseError as e:
+                except (LeaseError, OSError) as e:
                     self.log(f"{host}: its left_out lease could not be released: {e}")
         return back
 
