@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from pdfleet import fleet
+from pdfleet import fleet, lease
 from pdfleet.cli import main
+from pdfleet.lease_client import LocalLeases
 from pdfleet.watchdog.journal import CURSOR_PREFIX, INVOCATION_PREFIX, JournalWatch
 from pdfleet.watchdog.loop import Config, Watchdog
 from pdfleet.watchdog.metrics import WatchdogMetrics
@@ -600,3 +601,128 @@ def test_a_thread_death_in_the_journal_names_the_pair_wedged_in_the_round_that_r
     assert dog.trackers["a"].reasons[0].startswith("journal: pdfleet-prefill-a: ") and "thread_death" in \
         dog.trackers["a"].reasons[0]
     assert dog.trackers["a"].consecutive_failures == 0  # no canary failed: the journal alone named it
+
+
+# --- the pair lease (shared with pdfleet ops and the rollout) --------------------------------------------------
+
+def _leased(tmp_path: Path, actions: FakeActions, logs: list[str] | None = None) -> Remediator:
+    """A remediator holding its leases in ``tmp_path`` (real time: the store's expiry is the wall clock)."""
+    return Remediator("restart", 3, actions, log=(logs.append if logs is not None else lambda m: None),
+                      leases=LocalLeases("watchdog", who="pdfleet-watchdog@gw pid 1", directory=tmp_path))
+
+
+def test_a_pair_another_actor_holds_is_not_touched_and_the_decision_names_the_holder(tmp_path: Path) -> None:
+    """The bad case: `pdfleet ops restart node2` (or a rollout) took the pair a moment before the watchdog decided
+    to restart it; without the lease both restart it at once and the watchdog puts back what ops is restarting."""
+    trackers, pairs, urls = _fleet({"a": State.WEDGED, "b": State.OK})
+    actions, logs = FakeActions(set(urls)), []
+    r = _leased(tmp_path, actions, logs=logs)
+    d = r.decide("a", trackers, pairs, urls)
+    assert d.action == "restart"  # free when the watchdog looked; ops takes it the moment after
+    lease.acquire("a", "ops", "restart", who="alice@ctl pid 9", ttl_s=600, directory=tmp_path)
+    assert r.act(d, pairs["a"], background=False) is False
+    assert actions.calls == [] and r.busy is None and r.intent is None and r.recent_restarts("a") == 0
+    assert r.last["a"].action == "wait" and "ops (alice@ctl pid 9) for restart" in r.last["a"].reason
+    assert sum("alice@ctl" in m for m in logs) == 1
+    # from the next round the decision itself says who holds it, and acting on it changes nothing
+    d = r.decide("a", trackers, pairs, urls)
+    assert d.action == "wait" and "alice@ctl pid 9" in d.reason and "pdfleet ops undrain a" in d.reason
+    assert r.act(d, pairs["a"], background=False) is False and actions.calls == []
+    lease.release("a", "ops", directory=tmp_path)  # ops is done: the watchdog acts
+    assert r.act(r.decide("a", trackers, pairs, urls), pairs["a"], background=False)
+    assert actions.calls == ["remove a", "restart a", "gate a", "readd a"]
+    assert lease.read("a", tmp_path) is None  # released once the pair is back
+
+
+def test_the_lease_is_held_while_the_pair_is_out_and_kept_for_a_left_out_pair(tmp_path: Path) -> None:
+    trackers, pairs, urls = _fleet({"a": State.WEDGED, "b": State.OK})
+    actions = FakeActions(set(urls), gate_ok=False)
+    r = _leased(tmp_path, actions)
+    seen: list[lease.Lease | None] = []
+    real_remove = actions.remove
+
+    def remove(pair: fleet.Pair) -> list[fleet.WorkerSpec]:
+        seen.append(lease.read("a", tmp_path))
+        return real_remove(pair)
+
+    actions.remove = remove  # type: ignore[method-assign]
+    r.act(r.decide("a", trackers, pairs, urls), pairs["a"], background=False)
+    assert seen[0] is not None and (seen[0].kind, seen[0].purpose) == ("watchdog", "restart")
+    assert seen[0].expires is not None
+    kept = lease.read("a", tmp_path)  # the gate failed: left out, and the lease kept for a person
+    assert "a" in r.left_out and kept is not None and (kept.kind, kept.purpose, kept.expires) == \
+        ("watchdog", "left_out", None)
+    with pytest.raises(lease.LeaseHeld):  # a rollout does not put it back
+        lease.acquire("a", "rollout", "rollout", directory=tmp_path)
+    # a person put it back some other way than `pdfleet ops undrain`: reconcile drops the left_out lease
+    actions.members |= set(pairs["a"].urls)
+    assert r.reconcile(actions.members, pairs) == ["a"] and lease.read("a", tmp_path) is None
+
+
+def test_the_lease_is_renewed_every_round_while_the_remediation_runs(tmp_path: Path) -> None:
+    import time
+
+    _, _, urls = _fleet({"a": State.WEDGED, "b": State.OK})
+    r = _leased(tmp_path, FakeActions(set(urls)))
+    lease.acquire("a", "watchdog", "restart", who="pdfleet-watchdog@gw pid 1", ttl_s=r.lease_ttl_s,
+                  directory=tmp_path, now=time.time() - 60)  # taken a minute ago
+    r.busy, r.intent = "a", {"host": "a", "action": "restart", "started": 1000.0}
+    first = lease.read("a", tmp_path)
+    r.renew()
+    renewed = lease.read("a", tmp_path)
+    assert first is not None and renewed is not None and renewed.expires is not None
+    assert first.expires is not None and renewed.expires > first.expires and renewed.since == first.since
+
+
+def test_without_a_usable_lease_store_the_watchdog_refuses_to_act_and_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lease.os, "geteuid", lambda: 1000)  # the watchdog's user cannot create the directory
+    trackers, pairs, urls = _fleet({"a": State.WEDGED, "b": State.OK})
+    actions, logs = FakeActions(set(urls)), []
+    r = Remediator("restart", 3, actions, log=logs.append,
+                   leases=LocalLeases("watchdog", directory=tmp_path / "missing"))
+    d = r.decide("a", trackers, pairs, urls)
+    assert d.action == "refuse" and "missing" in d.reason and "site.yml --tags watchdog" in d.reason
+    assert r.act(Decision("a", "restart", "forced"), pairs["a"], background=False) is False  # act takes it too
+    assert actions.calls == [] and r.last["a"].action == "refuse" and "missing" in r.last["a"].reason
+    assert any("refuse" in m and "missing" in m for m in logs)
+
+
+def test_a_restarted_watchdog_takes_its_own_lease_again_but_not_one_another_actor_took(tmp_path: Path) -> None:
+    _, pairs, urls = _fleet({"a": State.WEDGED, "b": State.OK})
+    intent = {"remediation": {"intent": {"host": "a", "action": "restart", "started": 1.0}}}
+    lease.acquire("a", "watchdog", "restart", who="pdfleet-watchdog@gw pid 1", ttl_s=300, directory=tmp_path)
+    actions = FakeActions(set(urls))
+    r = _leased(tmp_path, actions)
+    r.restore(intent, pairs)
+    assert r.resume(pairs) is not None
+    r.join(10)
+    assert actions.calls == ["remove a", "restart a", "gate a", "readd a"] and lease.read("a", tmp_path) is None
+    # the lease ran out while no watchdog ran, and a person took the pair: the new process leaves it to them
+    lease.acquire("a", "ops", "drain", who="bob@ctl pid 3", directory=tmp_path)
+    other = FakeActions(set(urls))
+    r2 = _leased(tmp_path, other)
+    r2.restore(intent, pairs)
+    d = r2.resume(pairs)
+    assert d is not None and d.action == "wait" and "bob@ctl" in d.reason
+    r2.join(10)
+    assert other.calls == [] and r2.busy is None and r2.intent is None
+
+
+def test_a_restarted_watchdog_that_cannot_take_its_lease_keeps_the_intent_until_it_can(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropping the intent there would leave a pair the previous process took out of the router out for good."""
+    monkeypatch.setattr(lease.os, "geteuid", lambda: 1000)
+    _, pairs, urls = _fleet({"a": State.WEDGED, "b": State.OK})
+    actions, logs = FakeActions(set(urls)), []
+    store = tmp_path / "not-yet"
+    r = Remediator("restart", 3, actions, log=logs.append, leases=LocalLeases("watchdog", directory=store))
+    r.restore({"remediation": {"intent": {"host": "a", "action": "restart", "started": 1.0}}}, pairs)
+    for _ in range(3):  # three rounds: refused, said once
+        d = r.resume(pairs)
+        assert d is not None and d.action == "refuse" and r.pending is not None and actions.calls == []
+    assert sum("refuse" in m for m in logs) == 1, logs
+    store.mkdir()
+    assert r.resume(pairs) is not None
+    r.join(10)
+    assert actions.calls == ["remove a", "restart a", "gate a", "readd a"] and r.pending is None

@@ -5,6 +5,10 @@
     pdfleet ops logs UNIT [--since '10 min ago']    the unit's journal on every host that runs it
     pdfleet ops restart PAIR                        drain, restart, isolated gate, back in (the watchdog's steps)
     pdfleet ops drain HOST / undrain HOST           out of the router and idle / back in with routing confirmed
+                                                    (undrain --break-lease: even when the watchdog or a rollout
+                                                    holds the pair's lease)
+Drain, undrain and restart take the pair's lease on the router host first (pdfleet.lease; as root or `sudo -n`):
+a pair the watchdog or a rollout holds is refused, naming the holder.
     pdfleet ops canary                              a real request through every pair, no router
 
 Exit codes: 0 all fine, 1 a check failed on some host, 2 a host unreachable or bad input (others still shown).
@@ -22,9 +26,12 @@ from pdfleet.errors import PdfleetError
 from pdfleet.inventory import InventorySource, load_inventory
 from pdfleet.inventory_flags import add_inventory_arguments, source_from_args
 from pdfleet.inventory_plan import plan_inventory
+from pdfleet.lease import LeaseError
+from pdfleet.lease_client import Leases
 from pdfleet.ops import tasks
+from pdfleet.ops.leasing import drain_pair, gateway_host, ops_leases, undrain_pair
 from pdfleet.ops.restart import RestartSteps, restart_pair
-from pdfleet.ops.tasks import FAILED, OK, HostLine
+from pdfleet.ops.tasks import OK, HostLine
 from pdfleet.paths import REPO_ROOT
 from pdfleet.planner import Plan
 from pdfleet.remote import connection_for, run
@@ -78,6 +85,11 @@ def _model(args: argparse.Namespace) -> str:
     return str(args.plan.model.get("served_name") or args.plan.model["name"])
 
 
+def _leases(args: argparse.Namespace, runner: tasks.Runner) -> Callable[[], Leases]:
+    """The pair leases on the router host, reached (and the SSH user's rights checked) when first needed."""
+    return lambda: ops_leases(args.plan, runner)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     try:
         urls: set[str] | None = {w.spec.url for w in _router(args.plan, args.source).workers()}
@@ -85,7 +97,16 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"router: FAIL: {e}", file=sys.stderr)
         urls = None
     last = tasks.latest_verification(REPO_ROOT / "reports")
-    return _print(tasks.status(args.plan, _runner(args.source), urls, last), args.json)
+    runner = _runner(args.source)
+    from pdfleet.lease_client import RemoteLeases
+    from pdfleet.remote import RemoteError
+
+    try:  # reading needs no rights: the records are 0644 in a 0755 directory
+        leases = {x.pair: x for x in RemoteLeases(runner, gateway_host(args.plan), "ops").list()}
+    except (LeaseError, RemoteError) as e:
+        print(f"leases: unknown: {e}", file=sys.stderr)
+        leases = None
+    return _print(tasks.status(args.plan, runner, urls, last, leases), args.json)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -107,23 +128,21 @@ def cmd_canary(args: argparse.Namespace) -> int:
 
 def cmd_drain(args: argparse.Namespace) -> int:
     pair = _pair(args, args.host)
+    leases = _leases(args, _runner(args.source))
 
     def one(host: str) -> HostLine:
-        res = fleet.drain(_router(args.plan, args.source), pair, args.timeout)
-        text = f"{len(res.removed)} worker(s) out of the router; {res.idle.describe()}"
-        return HostLine(host, OK if res.ok else FAILED, text)
+        return drain_pair(pair, leases, lambda p: fleet.drain(_router(args.plan, args.source), p, args.timeout))
 
     return _print(tasks.parallel([pair.host], one), args.json)
 
 
 def cmd_undrain(args: argparse.Namespace) -> int:
     pair = _pair(args, args.host)
+    leases = _leases(args, _runner(args.source))
 
     def one(host: str) -> HostLine:
-        res = fleet.readd(_router(args.plan, args.source), pair, None, _model(args))
-        text = f"back in the router, routing confirmed after {res.probes} probe(s)" if res.confirmed else \
-            "; ".join(res.problems)
-        return HostLine(host, OK if res.confirmed else FAILED, text)
+        return undrain_pair(pair, leases, lambda p: fleet.readd(_router(args.plan, args.source), p, None,
+                                                                _model(args)), args.break_lease)
 
     return _print(tasks.parallel([pair.host], one), args.json)
 
@@ -137,7 +156,9 @@ def cmd_restart(args: argparse.Namespace) -> int:
         actions=lambda run: FleetActions(router, _model(args), args.plan.sglang.get("version"), run, run,
                                          startup_timeout_s=args.startup_timeout),
         warn=lambda text: print(text, file=sys.stderr),
-        drain_timeout_s=args.timeout)
+        drain_timeout_s=args.timeout,
+        leases=_leases(args, runner),
+        lease_ttl_s=args.timeout + args.startup_timeout + 1800.0)
     return _print(tasks.parallel([pair.host], lambda host: restart_pair(pair, runner, steps)), args.json)
 
 
@@ -170,6 +191,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         q.add_argument("host")
         if name == "drain":
             q.add_argument("--timeout", type=float, default=120.0, help="s to wait for idle")
+        else:
+            q.add_argument("--break-lease", action="store_true",
+                           help="put the pair back even when the watchdog or a rollout holds its lease")
         q.set_defaults(func=_with_plan(func))
     q = sub.add_parser("canary", help="a real request through every pair (no router)")
     common(q)

@@ -12,6 +12,7 @@ from typing import Any
 
 from pdfleet import fleet
 from pdfleet.fleet.http import HTTPError, call
+from pdfleet.lease import Lease
 from pdfleet.planner import Plan
 from pdfleet.remote import RemoteError
 from pdfleet.versions import RECORD_NAME
@@ -58,9 +59,10 @@ def units_of(plan: Plan, host: str) -> list[str]:
     return [u.name for u in plan.hosts.get(host, [])]
 
 
-def status(plan: Plan, run: Runner, router_urls: set[str] | None, last_verify: str) -> list[HostLine]:
-    """Per host: units active, SGLang version and patch (the sglang role's record), router membership, the
-    watchdog's view (on the router host), and the last verification."""
+def status(plan: Plan, run: Runner, router_urls: set[str] | None, last_verify: str,
+           leases: Mapping[str, Lease] | None = None) -> list[HostLine]:
+    """Per host: units active, SGLang version and patch (the sglang role's record), router membership, the pair's
+    lease (pdfleet.lease; None: unknown), the watchdog's view (on the router host), and the last verification."""
     venv = plan.sglang["venv"]
     pairs = fleet.pairs_from_plan(plan)
 
@@ -88,6 +90,10 @@ def status(plan: Plan, run: Runner, router_urls: set[str] | None, last_verify: s
                 parts.append(f"in router {len(inside)}/{len(pairs[host].urls)}")
                 if len(inside) != len(pairs[host].urls):
                     problems.append("drained (not every worker is in the router)")
+            if leases is None:
+                parts.append("lease unknown")
+            elif host in leases:
+                parts.append(f"leased to {leases[host].describe()}")
         try:
             wd = json.loads(wd_txt.strip()) if wd_txt.strip() else None
         except ValueError:

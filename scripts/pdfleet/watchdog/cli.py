@@ -23,6 +23,8 @@ from pdfleet import fleet
 from pdfleet.errors import PdfleetError
 from pdfleet.inventory import InventorySource
 from pdfleet.inventory_flags import add_vault_arguments, source_from_args
+from pdfleet.lease import DEFAULT_DIR as DEFAULT_LEASE_DIR
+from pdfleet.lease_client import Leases, LocalLeases, RemoteLeases
 from pdfleet.paths import DEFAULT_INVENTORY
 from pdfleet.table import format_table
 from pdfleet.watchdog.actions import FleetActions, RestartError, local_shell
@@ -45,8 +47,8 @@ def _positive(text: str) -> float:
     return value
 
 
-def _cluster(args: argparse.Namespace) -> tuple[dict[str, fleet.Pair], str, str | None, str]:
-    """(pairs, model, SGLang version, router URL) from --plan or the inventory."""
+def _cluster(args: argparse.Namespace) -> tuple[dict[str, fleet.Pair], str, str | None, str, str]:
+    """(pairs, model, SGLang version, router URL, the router's host) from --plan or the inventory."""
     if args.plan is not None:
         try:
             plan: dict[str, Any] = json.loads(args.plan.read_text())
@@ -55,14 +57,17 @@ def _cluster(args: argparse.Namespace) -> tuple[dict[str, fleet.Pair], str, str 
                                      "role writes it; or run `pdfleet plan --json > FILE`)") from None
         pairs = fleet.pairs_from_plan_dict(plan)
         model, sglang, router_url = plan.get("model") or {}, plan.get("sglang") or {}, plan.get("router_url")
+        gateway = next((str(h) for h, units in (plan.get("hosts") or {}).items()
+                        if any(u.get("kind") == "router" for u in units)), "")
     else:
         from pdfleet.inventory_plan import plan_inventory
 
         p = plan_inventory(source_from_args(args))
         pairs, model, sglang, router_url = fleet.pairs_from_plan(p), p.model, p.sglang, p.router_url
+        gateway = next((h for h, units in p.hosts.items() if any(u.kind == "router" for u in units)), "")
     if not pairs or not router_url:
         raise WatchdogUsageError(f"{args.plan or args.inventory}: the plan has no worker pairs or no router")
-    return pairs, str(model.get("served_name") or model.get("name")), sglang.get("version"), str(router_url)
+    return pairs, str(model.get("served_name") or model.get("name")), sglang.get("version"), str(router_url), gateway
 
 
 def _ssh_runner(inventory: InventorySource) -> Runner:
@@ -105,8 +110,28 @@ def _runners(args: argparse.Namespace) -> tuple[Runner | None, frozenset[str] | 
     return journal, hosts, shell
 
 
+def _leases(args: argparse.Namespace, gateway: str) -> Leases | None:
+    """The pair leases the remediation takes (alert mode takes none): in this process on the gateway host (the
+    deployed unit: --local-host is the router's host), else on the gateway host over SSH, as root or `sudo -n`."""
+    if args.remediation != "restart":
+        return None
+    if args.plan is not None or args.local_host == gateway:
+        return LocalLeases("watchdog", directory=args.lease_dir)
+    if not gateway:
+        raise WatchdogUsageError(f"{args.plan or args.inventory}: the plan has no router host for the pair leases")
+    from pdfleet.ops.restart import AccessError, restart_prefix
+    from pdfleet.remote import RemoteError
+
+    ssh = _ssh_runner(source_from_args(args))
+    try:
+        prefix = restart_prefix(ssh, gateway)
+    except (AccessError, RemoteError) as e:
+        raise WatchdogUsageError(f"remediation restart needs the pair leases on the router host: {e}") from None
+    return RemoteLeases(ssh, gateway, "watchdog", prefix, directory=args.lease_dir)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    pairs, model, version, router_url = _cluster(args)
+    pairs, model, version, router_url, gateway = _cluster(args)
     journal_runner, journal_hosts, shell = _runners(args)
     # the gateway's key: $PDFLEET_ROUTER_API_KEY (the deployed unit: the router's secrets file), else the inventory's
     from pdfleet.routerkey import find_key
@@ -120,7 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         metrics.serve(args.metrics_port, args.metrics_address)
     actions = FleetActions(router, model, version, shell, journal_runner, args.router_python or sys.executable,
                            args.startup_timeout)
-    remediator = Remediator(args.remediation, args.max_restarts, actions)
+    remediator = Remediator(args.remediation, args.max_restarts, actions, leases=_leases(args, gateway))
     config = Config(args.interval, args.canary_deadline, args.failures, args.stall_window, args.state_file)
     dog = Watchdog(pairs, model, config, router, remediator, metrics,
                    journal=JournalWatch(journal_runner) if journal_runner else None, journal_hosts=journal_hosts)
@@ -194,6 +219,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="s a restarted worker may take to answer /health (900: model load)")
     r.add_argument("--router-python", default="", help="Python with sglang_router, for the gate's private router")
     r.add_argument("--state-file", type=Path, default=DEFAULT_STATE_FILE, help=f"({DEFAULT_STATE_FILE})")
+    r.add_argument("--lease-dir", type=Path, default=DEFAULT_LEASE_DIR,
+                   help=f"the pair leases' directory on the router host ({DEFAULT_LEASE_DIR})")
     r.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port (0: off)")
     r.add_argument("--metrics-address", default="127.0.0.1", help="address for the metrics (127.0.0.1)")
     r.add_argument("--rounds", type=int, default=None, help="stop after N rounds (default: run until stopped)")

@@ -94,6 +94,7 @@ class Watchdog:
         router_urls = self._router_urls()
         self._router_seen = router_urls
         self.remediator.reconcile(router_urls, self.pairs)
+        self.remediator.renew()
         if self.remediator.pending is not None:
             self.remediator.resume(self.pairs)
         changes = []

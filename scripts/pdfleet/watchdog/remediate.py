@@ -26,6 +26,14 @@ the next process finishes it first (``resume``): a restart is run again from the
 restart, gate, back in), a leave-out takes the pair out again and leaves it out, so a pair is never left out of
 the router by a remediation nobody finishes. A left-out pair that a person put back into the router
 (``pdfleet ops undrain``) is watched and acted on again from the next round (``reconcile``).
+
+The pair's lease (``pdfleet.lease``, shared with ``pdfleet ops`` and the rollout) is taken before the pair leaves
+the router: held by another actor, nothing is done (decision ``wait``, naming the holder); the store cannot be
+used (missing, not writable), nothing is done either (decision ``refuse``: closed, never a remediation that could
+race a person or a rollout). It is renewed every round while the remediation runs (``renew``; it expires
+``lease_ttl_s`` after the last renewal, so a watchdog that died does not hold it forever), released once the pair
+is back, and kept without expiry (purpose ``left_out``) for a pair left out: a person's ``pdfleet ops undrain``
+puts it back and releases it. A restarted watchdog finishing an intent takes its own lease again.
 """
 
 from __future__ import annotations
@@ -38,10 +46,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pdfleet import fleet
+from pdfleet.lease import LeaseError, LeaseHeld
+from pdfleet.lease_client import Leases
 from pdfleet.watchdog.state import PairTracker, State
 
 MODES = ("alert", "restart")
 HOUR_S = 3600.0
+LEASE_TTL_S = 300.0  # renewed every round (15 s) while a remediation runs
 
 
 class Actions(Protocol):
@@ -79,7 +90,10 @@ class Remediator:
     persist: Callable[[], None] | None = None  # writes the state file now (the watchdog's)
     intent: dict[str, Any] | None = None  # the remediation under way: {host, action, started}
     pending: dict[str, Any] | None = None  # an intent a previous process left unfinished (restore -> resume)
+    leases: Leases | None = None  # the pair leases (None: not coordinated, as in tests of the rules alone)
+    lease_ttl_s: float = LEASE_TTL_S
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _lease_lock: threading.Lock = field(default_factory=threading.Lock)  # renew (loop) vs. the end (remediation)
     _thread: threading.Thread | None = None
 
     def recent_restarts(self, host: str) -> int:
@@ -118,13 +132,36 @@ class Remediator:
             if router_urls is not None and not any(u in router_urls for u in pairs[host].urls):
                 self.left_out.add(host)
                 return Decision(host, "alert", "already out of the router; restart limit reached")
-            return Decision(host, "leave_out", f"{self.max_restarts_per_hour} restarts in the last hour: taken out "
-                                               "of the router and left out, no more restarts")
-        return Decision(host, "restart", f"restart {self.recent_restarts(host) + 1} of at most "
-                                         f"{self.max_restarts_per_hour} per hour")
+            return self._unless_leased(Decision(host, "leave_out", f"{self.max_restarts_per_hour} restarts in the "
+                                                "last hour: taken out of the router and left out, no more restarts"))
+        return self._unless_leased(Decision(host, "restart", f"restart {self.recent_restarts(host) + 1} of at most "
+                                            f"{self.max_restarts_per_hour} per hour"))
+
+    def _unless_leased(self, decision: Decision) -> Decision:
+        """``decision``, or why it cannot be acted on: another actor holds the pair's lease now, or the store cannot
+        be read (a look only: act() takes the lease, which is what keeps two actors apart)."""
+        if self.leases is None:
+            return decision
+        try:
+            held = self.leases.read(decision.host)
+        except (LeaseError, OSError) as e:
+            return self._lease_unusable(decision.host, e)
+        if held is not None and held.kind != "watchdog" and not held.expired(self.clock()):
+            return self._lease_held(LeaseHeld(held, f"taken for {decision.action}"))
+        return decision
+
+    @staticmethod
+    def _lease_held(e: LeaseHeld) -> Decision:
+        return Decision(e.lease.pair, "wait", f"another actor holds the pair, the watchdog does not touch it: {e}")
+
+    @staticmethod
+    def _lease_unusable(host: str, e: Exception) -> Decision:
+        return Decision(host, "refuse", f"the pair's lease cannot be taken, so nothing is done (the watchdog never "
+                                        f"acts without it): {e}")
 
     def act(self, decision: Decision, pair: fleet.Pair, background: bool = True) -> bool:
         """Start ``decision`` (restart / leave_out); False when nothing was started."""
+        previous = self.last.get(decision.host)
         self.last[decision.host] = decision
         if decision.action not in ("restart", "leave_out") or self.actions is None:
             return False
@@ -132,6 +169,10 @@ class Remediator:
             if self.busy is not None:
                 return False
             self.busy = decision.host
+        refused = self._take_lease(decision)
+        if refused is not None:
+            self._refused(refused, previous)
+            return False
         if decision.action == "restart":
             self.restarts.setdefault(decision.host, []).append(self.clock())
         self.intent = {"host": decision.host, "action": decision.action, "started": self.clock()}
@@ -179,9 +220,61 @@ class Remediator:
             self.log(f"{host}: {action} failed, left out of the router: {e}")
         finally:
             self.counts[(host, action, result)] += 1
-            self.intent = None
+            with self._lease_lock:  # no renewal can take the lease again after this
+                self.intent = None
+                if host in self.left_out:
+                    self._keep_left_out(host)
+                else:
+                    self._drop_lease(host)
             self.busy = None
             self._persist()
+
+    def _take_lease(self, decision: Decision) -> Decision | None:
+        """Take ``decision.host``'s lease for it; the decision that replaces it when it cannot be taken."""
+        if self.leases is None:
+            return None
+        try:
+            self.leases.acquire(decision.host, decision.action, self.lease_ttl_s)
+        except LeaseHeld as e:
+            return self._lease_held(e)
+        except (LeaseError, OSError) as e:
+            return self._lease_unusable(decision.host, e)
+        return None
+
+    def _refused(self, decision: Decision, previous: Decision | None) -> None:
+        if previous is None or (previous.action, previous.reason) != (decision.action, decision.reason):
+            self.log(f"{decision.host}: remediation: {decision.action}: {decision.reason}")
+        self.last[decision.host] = decision
+        self.busy = None
+
+    def _keep_left_out(self, host: str) -> None:
+        """Hold the lease of a pair left out until a person puts it back (no expiry)."""
+        if self.leases is None:
+            return
+        try:
+            self.leases.acquire(host, "left_out", None)
+            self.log(f"{host}: its lease is kept (left_out) until a person puts it back: pdfleet ops undrain {host}")
+        except (LeaseError, OSError) as e:
+            self.log(f"{host}: left out, but its lease could not be kept: {e}")
+
+    def _drop_lease(self, host: str) -> None:
+        if self.leases is None:
+            return
+        try:
+            self.leases.release(host)
+        except (LeaseError, OSError) as e:
+            self.log(f"{host}: its lease could not be released: {e}")
+
+    def renew(self) -> None:
+        """Renew the lease of the remediation under way (every round): it expires lease_ttl_s after this."""
+        with self._lease_lock:
+            intent, host = self.intent, self.busy
+            if self.leases is None or intent is None or host is None or intent.get("host") != host:
+                return
+            try:
+                self.leases.acquire(host, str(intent.get("action")), self.lease_ttl_s)
+            except (LeaseError, OSError) as e:
+                self.log(f"{host}: the remediation's lease could not be renewed: {e}")
 
     def _persist(self) -> None:
         if self.persist is not None:
@@ -201,13 +294,23 @@ class Remediator:
         decision = Decision(host, str(pending["action"]),
                             f"finishing the {pending['action']} a previous watchdog process began at "
                             f"{pending.get('started')} and did not end")
-        self.log(f"{host}: remediation: {decision.action}: {decision.reason}")
+        previous = self.last.get(host)
+        if previous is None or previous.action != "refuse":  # a retry after a refusal is not said again
+            self.log(f"{host}: remediation: {decision.action}: {decision.reason}")
         self.last[host] = decision
         with self._lock:
             if self.busy is not None:
                 self.pending = pending
                 return None
             self.busy = host
+        refused = self._take_lease(decision)
+        if refused is not None:
+            self._refused(refused, previous)
+            if refused.action == "refuse":  # the store cannot be used now: finish it once it can
+                self.pending = pending
+            else:  # another actor took the pair meanwhile (the lease had run out): it is theirs now
+                self._persist()  # the unfinished intent is dropped from the state file
+            return refused
         self.intent = dict(pending)
         self._persist()
         self._thread = threading.Thread(target=self._run, args=(decision, pairs[host]), daemon=True,
@@ -225,6 +328,13 @@ class Remediator:
         for host in back:
             self.left_out.discard(host)
             self.log(f"{host}: back in the router (put back by a person): remediation acts on it again")
+            if self.leases is not None:
+                try:  # a person who put it back without `pdfleet ops undrain`: the left_out lease is done with
+                    held = self.leases.read(host)
+                    if held is not None and held.kind == "watchdog" and held.purpose == "left_out":
+                        self.leases.release(host)
+                except (LeaseError, OSError) as e:
+                    self.log(f"{host}: its left_out lease could not be released: {e}")
         return back
 
     def restore(self, doc: dict[str, Any], pairs: Mapping[str, fleet.Pair]) -> None:
