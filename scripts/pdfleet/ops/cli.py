@@ -7,9 +7,10 @@
     pdfleet ops drain HOST / undrain HOST           out of the router and idle / back in with routing confirmed
                                                     (undrain --break-lease: even when the watchdog or a rollout
                                                     holds the pair's lease)
+    pdfleet ops canary                              a real request through every pair, no router
+
 Drain, undrain and restart take the pair's lease on the router host first (pdfleet.lease; as root or `sudo -n`):
 a pair the watchdog or a rollout holds is refused, naming the holder.
-    pdfleet ops canary                              a real request through every pair, no router
 
 Exit codes: 0 all fine, 1 a check failed on some host, 2 a host unreachable or bad input (others still shown).
 """
@@ -27,14 +28,14 @@ from pdfleet.inventory import InventorySource, load_inventory
 from pdfleet.inventory_flags import add_inventory_arguments, source_from_args
 from pdfleet.inventory_plan import plan_inventory
 from pdfleet.lease import LeaseError
-from pdfleet.lease_client import Leases
+from pdfleet.lease_client import Leases, RemoteLeases
 from pdfleet.ops import tasks
 from pdfleet.ops.leasing import drain_pair, gateway_host, ops_leases, undrain_pair
 from pdfleet.ops.restart import RestartSteps, restart_pair
 from pdfleet.ops.tasks import OK, HostLine
 from pdfleet.paths import REPO_ROOT
 from pdfleet.planner import Plan
-from pdfleet.remote import connection_for, run
+from pdfleet.remote import RemoteError, connection_for, run
 from pdfleet.routerkey import find_key
 from pdfleet.watchdog.actions import FleetActions
 
@@ -98,9 +99,6 @@ def cmd_status(args: argparse.Namespace) -> int:
         urls = None
     last = tasks.latest_verification(REPO_ROOT / "reports")
     runner = _runner(args.source)
-    from pdfleet.lease_client import RemoteLeases
-    from pdfleet.remote import RemoteError
-
     try:  # reading needs no rights: the records are 0644 in a 0755 directory
         leases = {x.pair: x for x in RemoteLeases(runner, gateway_host(args.plan), "ops").list()}
     except (LeaseError, RemoteError) as e:
