@@ -22,6 +22,8 @@ from pdfleet.ops.restart import SUDO, RestartSteps, restart_pair
 from pdfleet.ops.tasks import FAILED, OK
 from pdfleet.paths import REPO_ROOT
 
+from ops.fakes import LoggedActions
+
 PAIR = fleet.Pair("node2", (fleet.Member("pdfleet-prefill1", "prefill", "http://10.77.0.12:30000", host="node2"),
                             fleet.Member("pdfleet-decode1", "decode", "http://10.77.0.12:30001", host="node2")))
 
@@ -141,29 +143,13 @@ def test_an_undrain_that_is_not_confirmed_keeps_the_lease_as_a_drain(hosts: Host
     assert held is not None and (held.kind, held.purpose, held.expires) == ("ops", "drain", None)
 
 
-class Actions:
-    def __init__(self, log: list[str], gate_ok: bool) -> None:
-        self.log, self.gate_ok = log, gate_ok
-
-    def restart(self, pair: fleet.Pair) -> None:
-        self.log.append("restart")
-
-    def gate(self, pair: fleet.Pair) -> tuple[bool, str]:
-        self.log.append("gate")
-        return (True, "gate passed") if self.gate_ok else (False, "canary: no tokens")
-
-    def readd(self, pair: fleet.Pair, specs: list[fleet.WorkerSpec] | None) -> tuple[bool, str]:
-        self.log.append("readd")
-        return True, "confirmed after 1 probe(s)"
-
-
 def _steps(hosts: Hosts, log: list[str], gate_ok: bool = True) -> RestartSteps:
     def drain(pair: fleet.Pair) -> fleet.DrainResult:
         log.append("drain")
         return fleet.DrainResult(pair.host, [], IdleResult(True, 0.1, []), 0.1)
 
-    return RestartSteps(drain=drain, actions=lambda run: Actions(log, gate_ok), warn=log.append, drain_timeout_s=120,
-                        leases=hosts.store)
+    return RestartSteps(drain=drain, actions=lambda run: LoggedActions(log, gate_ok), warn=log.append,
+                        drain_timeout_s=120, leases=hosts.store)
 
 
 def test_restart_is_refused_while_a_rollout_is_on_the_pair(hosts: Hosts) -> None:

@@ -14,6 +14,8 @@ from pdfleet.ops.restart import SUDO, RestartSteps, privileged, restart_pair
 from pdfleet.ops.tasks import FAILED, OK
 from pdfleet.watchdog.actions import RestartError, restart_commands
 
+from ops.fakes import LoggedActions
+
 PAIR = fleet.Pair("node2", (fleet.Member("pdfleet-prefill1", "prefill", "http://10.77.0.12:30000", host="node2"),
                             fleet.Member("pdfleet-decode1", "decode", "http://10.77.0.12:30001", host="node2")))
 
@@ -37,12 +39,10 @@ class Host:
 
 
 @dataclass
-class Actions:
+class Actions(LoggedActions):
     """The watchdog's steps, recording what ran; restart sends the real systemctl commands."""
 
-    run: object
-    log: list[str]
-    gate_ok: bool = True
+    run: object = None
 
     def restart(self, pair: fleet.Pair) -> None:
         for m in pair.members:
@@ -52,21 +52,13 @@ class Actions:
                     raise RestartError(f"{m.name} on {m.host}: `{cmd}` exited {rc}: {err}")
         self.log.append("restart")
 
-    def gate(self, pair: fleet.Pair) -> tuple[bool, str]:
-        self.log.append("gate")
-        return (True, "gate passed") if self.gate_ok else (False, "canary: no tokens")
-
-    def readd(self, pair: fleet.Pair, specs: list[fleet.WorkerSpec] | None) -> tuple[bool, str]:
-        self.log.append("readd")
-        return True, "confirmed after 1 probe(s)"
-
 
 def _steps(log: list[str], gate_ok: bool = True) -> RestartSteps:
     def drain(pair: fleet.Pair) -> fleet.DrainResult:
         log.append("drain")
         return fleet.DrainResult(pair.host, [], IdleResult(True, 0.1, []), 0.1)
 
-    return RestartSteps(drain=drain, actions=lambda run: Actions(run, log, gate_ok), warn=log.append,
+    return RestartSteps(drain=drain, actions=lambda run: Actions(log, gate_ok, run), warn=log.append,
                         drain_timeout_s=120)
 
 
@@ -92,7 +84,7 @@ def test_without_the_access_check_the_same_user_would_be_stuck_out_of_the_router
     """The bad case the check prevents: the unprivileged commands fail after the drain, and the line says so."""
     host, log = Host(uid="1001", sudo=True), []
     steps = _steps(log)
-    steps.actions = lambda run: Actions(host.run, log)  # the runner without sudo
+    steps.actions = lambda run: Actions(log, run=host.run)  # the runner without sudo
     line = restart_pair(PAIR, host.run, steps)
     assert line.code == FAILED and log == ["drain"], (line, log)
     assert "Interactive authentication required" in line.text and "OUT of the router" in line.text
