@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
 
-from pdfleet import conformance, keygen, locks
+from pdfleet import conformance, keygen
 from pdfleet.errors import PdfleetError
 from pdfleet.inventory import InventorySource, load_inventory
 from pdfleet.inventory_flags import add_inventory_arguments, source_from_args
@@ -165,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for register in (patchcli.register, patchstatus.register, verify_cli.register,
                      conformance.register, rollout_cli.register, watchdog_cli.register, ops_cli.register,
-                     launchcheck_cli.register, keygen.register, locks.register):
+                     launchcheck_cli.register, keygen.register):
         register(sub)
     plugins = plugin_commands()
     for _name, load in sorted(plugins.items()):

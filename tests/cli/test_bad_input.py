@@ -39,7 +39,6 @@ CASES: list[tuple[str, list[str], str]] = [
     ("launchcheck-unknown-pin", ["launchcheck", "-i", SIM_INV, "--sglang", "0.4.0"], "not a pinned SGLang version"),
     ("render-no-output", ["render", "-i", SIM_INV], "-o/--output"),
     ("keygen-unknown-name", ["keygen", "HF_TOKEN"], "invalid choice"),
-    ("lock-unknown-name", ["lock", "sglang"], "invalid choice"),
     ("render-output-is-a-file", ["render", "-i", SIM_INV, "-o", "{afile}"], "is a file"),
     ("render-output-unwritable", ["render", "-i", SIM_INV, "-o", "/proc/pdfleet-nope"], "cannot write"),
     ("render-missing-inventory", ["render", "-i", MISSING, "-o", "{journal}"], "inventory not found"),

@@ -1,5 +1,5 @@
-"""Hash locks of the venvs pdfleet installs from the registry (pdfleet.locks): the shipped lock is current with its
-pins and hashes every requirement; a lock holds a python_version marker where the supported distributions' Pythons
+"""Hash locks of the venvs pdfleet installs from the registry (tests/lint/locks.py): the shipped lock is current with
+its pins and hashes every requirement; a lock holds a python_version marker where the supported distributions' Pythons
 resolve differently and every wheel hash each takes; a pin changed without a new lock is named with the fix."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+import locks
 import pytest
 import yaml
-from pdfleet import locks
 
 REQUIREMENT = re.compile(r"^([a-z0-9-]+)==([^ ;]+)( ; .*)? \\$")
 
@@ -84,12 +84,12 @@ def test_a_pin_changed_without_a_new_lock_is_named_with_the_fix(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     spec = _spec(tmp_path, ["a==1.0"])
     monkeypatch.setitem(locks.LOCKS, "test", spec)
-    assert "pdfleet lock test" in locks.check(spec)  # no lock yet
+    assert "locks.py test" in locks.check(spec)  # no lock yet
     spec.path.write_text(locks.make(spec, resolve=_fake, log=lambda _m: None))
     assert locks.check(spec) == ""
     (tmp_path / "defaults.yml").write_text(yaml.safe_dump({"pins": ["a==1.1"]}))
     problem = locks.check(spec)
-    assert "['a==1.0']" in problem and "['a==1.1']" in problem and "pdfleet lock test" in problem
+    assert "['a==1.0']" in problem and "['a==1.1']" in problem and "locks.py test" in problem
 
 
 def test_the_platform_tags_stop_at_the_distributions_glibc() -> None:

@@ -7,8 +7,11 @@ One job: resolve a lock's top-level pins with pip itself (``pip install --dry-ru
 distribution's Python and glibc, on x86-64 Linux) and write the lock file; check that a lock file is current
 (its header names the pins it was made from).
 
-    pdfleet lock watchdog            # rewrite ansible/roles/pdfleet_watchdog/files/requirements.lock
-    pdfleet lock watchdog --check    # exit 1 (naming the difference) when the pins changed since the lock was made
+    .venv/bin/python tests/lint/locks.py watchdog            # rewrite the role's files/requirements.lock
+    .venv/bin/python tests/lint/locks.py watchdog --check    # exit 1 (naming the difference) when the pins changed
+
+A maintainer's tool beside role_readmes.py (it writes a role's file), not part of the pdfleet package: the package
+and the roles meet only through the plan. tests/lint/test_locks.py holds the shipped lock current.
 """
 
 from __future__ import annotations
@@ -23,18 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-
-from pdfleet.errors import PdfleetError
-from pdfleet.paths import REPO_ROOT
 from pdfleet.versions import CONSTANTS
 
 PINS_LINE = "# From: "
+TOOL = ".venv/bin/python tests/lint/locks.py"
 ARCH = "x86_64"
 # manylinux1/2010/2014 are the old names of manylinux_2_5/2_12/2_17 (PEP 600); pip matches both.
 LEGACY_TAGS = {5: "manylinux1", 12: "manylinux2010", 17: "manylinux2014"}
 
 
-class LockError(PdfleetError):
+class LockError(Exception):
     """A lock that cannot be made or is out of date."""
 
 
@@ -48,7 +49,7 @@ class LockSpec:
     what: str  # for the header
 
 
-ROLES = REPO_ROOT / "ansible" / "roles"
+ROLES = Path(__file__).resolve().parents[2] / "ansible" / "roles"
 LOCKS: dict[str, LockSpec] = {
     "watchdog": LockSpec(ROLES / "pdfleet_watchdog" / "defaults" / "main.yml", "pdfleet_watchdog_python_packages",
                          ROLES / "pdfleet_watchdog" / "files" / "requirements.lock",
@@ -129,7 +130,7 @@ def render(spec: LockSpec, pins: Sequence[str], by_target: Mapping[Target, Resol
     dists = ", ".join(f"{t.name} {t.python}" for t in sorted(by_target, key=lambda t: t.name))
     lines = [f"# Hash lock of {spec.what}: every package and the sha256 of each wheel a supported",
              f"# distribution's Python takes ({dists}; x86-64 Linux).",
-             f"# Installed with pip --require-hashes. Made by `pdfleet lock {_lock_name(spec)}` from the pins below:",
+             f"# Installed with pip --require-hashes. Made by `{TOOL} {_lock_name(spec)}` from the pins below:",
              "# do not edit.",
              f"{PINS_LINE}{' '.join(pins)}"]
     for name in names:
@@ -172,29 +173,34 @@ def check(spec: LockSpec) -> str:
     try:
         made_from = lock_pins(spec.path.read_text())
     except OSError as e:
-        return f"{spec.path}: cannot read the lock ({e.strerror}); make it with `pdfleet lock {_lock_name(spec)}`"
+        return f"{spec.path}: cannot read the lock ({e.strerror}); make it with `{TOOL} {_lock_name(spec)}`"
     pins = pins_of(spec)
     if made_from != pins:
         return (f"{spec.path} was made from {made_from} but {spec.defaults} ({spec.key}) pins {pins}: "
-                f"make it again with `pdfleet lock {_lock_name(spec)}` and commit it")
+                f"make it again with `{TOOL} {_lock_name(spec)}` and commit it")
     return ""
 
 
-def cmd_lock(args: argparse.Namespace) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="write (or --check) the hash lock of a virtualenv pdfleet installs")
+    p.add_argument("name", choices=sorted(LOCKS))
+    p.add_argument("--check", action="store_true", help="only say whether the lock matches its pins")
+    args = p.parse_args(argv)
     spec = LOCKS[args.name]
-    if args.check:
-        problem = check(spec)
-        print(problem or f"{spec.path}: current", file=sys.stderr if problem else sys.stdout)
-        return 1 if problem else 0
-    text = make(spec, log=lambda m: print(m, file=sys.stderr))
+    try:
+        if args.check:
+            problem = check(spec)
+            print(problem or f"{spec.path}: current", file=sys.stderr if problem else sys.stdout)
+            return 1 if problem else 0
+        text = make(spec, log=lambda m: print(m, file=sys.stderr))
+    except LockError as e:
+        print(f"locks: {e}", file=sys.stderr)
+        return 2
     spec.path.write_text(text)
-    print(f"wrote {spec.path} ({sum(1 for line in text.splitlines() if '==' in line and not line.startswith('#'))} "
-          "requirements)")
+    count = sum(1 for line in text.splitlines() if "==" in line and not line.startswith("#"))
+    print(f"wrote {spec.path} ({count} requirements)")
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("lock", help="write (or --check) the hash lock of a virtualenv pdfleet installs")
-    p.add_argument("name", choices=sorted(LOCKS))
-    p.add_argument("--check", action="store_true", help="only say whether the lock matches its pins")
-    p.set_defaults(func=cmd_lock)
+if __name__ == "__main__":
+    sys.exit(main())
