@@ -1,16 +1,20 @@
 """One lease per pair, shared by the watchdog, `pdfleet ops` and the rollout, so none of them puts back into the
 router what another took out, and two of them never work on the same pair at once.
 
-The store is a directory on the gateway (router) host, the one host every actor reaches: ``/var/lib/pdfleet-leases``
-(the pdfleet_watchdog unit's second StateDirectory, owned by the watchdog's user, mode 0755). One JSON file per pair,
+The store is a directory on the gateway (router) host, the one host every actor reaches: constants.yml's
+``lease_dir`` (pdfleet.versions.LEASE_DIR; every caller passes it: this module runs remotely, alone), the
+pdfleet_watchdog unit's second StateDirectory, owned by the watchdog's user, mode 0755. One JSON file per pair,
 ``<pair host>.json``: holder kind (watchdog | ops | rollout), who (user@machine pid N), purpose, since, expires (null:
 held until released, as a person's drain). Every change is made under an exclusive ``flock`` on ``.lock`` in that
 directory (a read-only descriptor is enough, so root and the watchdog's user share it), and files are written
 atomically (temp file, then rename). A record past its ``expires`` may be taken by anyone.
 
-The holder kind is the actor: an actor may always take or drop a lease of its own kind (a second `pdfleet ops`
-command, a rerun of the rollout, a restarted watchdog); another kind only through ``takeover`` entries: a kind
-("rollout": any lease of that kind) or kind:purpose ("watchdog:left_out"), or "*" (an operator's override).
+The holder kind is the actor: an actor may take or drop a lease of its own kind (a rerun of the rollout, a
+restarted watchdog, `pdfleet ops undrain` of a person's drain), except a `pdfleet ops` command at work (an ops lease
+with an expiry: restart, undrain), which only its own holder (who) may change: two people's `ops restart` of one
+pair never run at once. Another kind only through ``takeover`` entries: a kind ("rollout": any lease of that
+kind), kind:purpose ("watchdog:left_out"), "who:<holder>" (a holder known to be gone: ``gone_here``), or "*" (an
+operator's override).
 
 Standard library only: the module also runs on the gateway host with its system python3, as a script that reads
 one JSON request from its first argument and prints one JSON answer (``remote_command`` builds the command line
@@ -18,9 +22,10 @@ that carries this file's own source, so the host needs nothing of pdfleet instal
 
     {"op": "acquire", "pair": "node2", "kind": "ops", "who": "...", "purpose": "drain", "ttl_s": null,
      "takeover": []}                              -> {"ok": true, "changed": true, "lease": {...}, "previous": null}
-    {"op": "release", "pair": "node2", "kind": "ops", "takeover": []}
+    {"op": "release", "pair": "node2", "kind": "ops", "who": "...", "takeover": []}
     {"op": "check", ...same as acquire}           -> whether acquire would succeed; nothing written (check mode)
     {"op": "read", "pair": "node2"} / {"op": "list"}
+Every request also carries "dir", the store's directory.
 Exit code 0 ok, 1 held by another actor ({"ok": false, "error": "held", "lease": the holder}), 2 the store cannot
 be used or a bad request ({"ok": false, "error": "store", "message": ...}).
 """
@@ -45,7 +50,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-DEFAULT_DIR = Path("/var/lib/pdfleet-leases")
 LOCK_NAME = ".lock"
 KINDS = ("watchdog", "ops", "rollout")
 # A root actor that finds no store creates it owned as the watchdog's state directory (the watchdog's user).
@@ -87,8 +91,16 @@ def _utc(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: UP017
 
 
+def at_work(lease: Lease) -> bool:
+    """An ops command working on the pair (restart, undrain: held with an expiry), not a person's drain."""
+    return lease.kind == "ops" and lease.expires is not None
+
+
 def fix_for(lease: Lease) -> str:
     """How an operator gets past ``lease``: wait, or the command that releases it."""
+    if at_work(lease):
+        return (f"another `pdfleet ops {lease.purpose}` is working on the pair: wait for it to finish; if it was "
+                f"stopped, `pdfleet ops undrain {lease.pair} --break-lease` puts the pair back and releases it")
     if lease.kind == "ops":
         return (f"wait for that command to finish, or if the pair was drained by hand, `pdfleet ops undrain "
                 f"{lease.pair}` puts it back and releases it")
@@ -114,10 +126,28 @@ def who_am_i() -> str:
     return f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"
 
 
-def may_take(lease: Lease, kind: str, takeover: Collection[str], now: float) -> bool:
-    """Whether ``kind`` (with ``takeover``) may take or drop ``lease``."""
-    return (lease.expired(now) or lease.kind == kind or "*" in takeover or lease.kind in takeover
-            or f"{lease.kind}:{lease.purpose}" in takeover)
+def may_take(lease: Lease, kind: str, who: str, takeover: Collection[str], now: float) -> bool:
+    """Whether ``kind`` (holder ``who``, with ``takeover``) may take or drop ``lease``."""
+    if lease.expired(now) or "*" in takeover or f"who:{lease.who}" in takeover:
+        return True
+    if lease.kind == kind:
+        return lease.who == who or not at_work(lease)
+    return lease.kind in takeover or f"{lease.kind}:{lease.purpose}" in takeover
+
+
+def gone_here(lease: Lease) -> bool:
+    """Whether ``lease``'s holder was a process of this user on this machine that no longer runs (an ops command
+    interrupted here): its own rerun may take the lease over ("who:<holder>")."""
+    user_host, _, pid = lease.who.rpartition(" pid ")
+    if user_host != f"{getpass.getuser()}@{socket.gethostname()}" or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
 
 
 def _path(directory: Path, pair: str) -> Path:
@@ -138,7 +168,7 @@ def _ensure_dir(directory: Path) -> None:
         os.chown(directory, ref.st_uid, ref.st_gid)
 
 
-def writable(directory: Path = DEFAULT_DIR) -> None:
+def writable(directory: Path) -> None:
     """LeaseError, naming the host, the directory and the fix, unless this user can take leases in ``directory``."""
     if not directory.is_dir():
         _ensure_dir(directory)  # root creates it; anyone else is told how
@@ -195,25 +225,24 @@ def _write(path: Path, lease: Lease) -> None:
                          f"be writable by this user, {getpass.getuser()})") from None
 
 
-def _check(directory: Path, pair: str, kind: str, takeover: Collection[str], now: float,
+def _check(directory: Path, pair: str, kind: str, who: str, takeover: Collection[str], now: float,
            wanted: str) -> Lease | None:
     if kind not in KINDS:
         raise LeaseError(f"lease kind {kind!r} is not one of {', '.join(KINDS)}")
     held = _read(_path(directory, pair))
-    if held is not None and not may_take(held, kind, takeover, now):
+    if held is not None and not may_take(held, kind, who, takeover, now):
         raise LeaseHeld(held, wanted)
     return held
 
 
 def acquire(pair: str, kind: str, purpose: str, *, who: str | None = None, ttl_s: float | None = None,
-            takeover: Collection[str] = (), directory: Path = DEFAULT_DIR,
-            now: float | None = None) -> tuple[Lease, Lease | None]:
+            takeover: Collection[str] = (), directory: Path, now: float | None = None) -> tuple[Lease, Lease | None]:
     """Take (or renew) ``pair``'s lease for ``kind``; (the lease, the one it replaced). LeaseHeld when another
     actor holds it. A renewal by the same holder keeps its ``since``."""
     now = time.time() if now is None else now
     who = who or who_am_i()
     with _locked(directory):
-        held = _check(directory, pair, kind, takeover, now, f"taken for {purpose}")
+        held = _check(directory, pair, kind, who, takeover, now, f"taken for {purpose}")
         same = held is not None and held.kind == kind and held.who == who and not held.expired(now)
         lease = Lease(pair, kind, who, purpose, held.since if same and held else now,
                       None if ttl_s is None else now + ttl_s)
@@ -221,23 +250,23 @@ def acquire(pair: str, kind: str, purpose: str, *, who: str | None = None, ttl_s
     return lease, held
 
 
-def check(pair: str, kind: str, purpose: str, *, takeover: Collection[str] = (), directory: Path = DEFAULT_DIR,
-          now: float | None = None) -> Lease | None:
+def check(pair: str, kind: str, purpose: str, *, who: str | None = None, takeover: Collection[str] = (),
+          directory: Path, now: float | None = None) -> Lease | None:
     """What ``acquire`` would replace (None: free), or LeaseHeld; nothing is written (check mode)."""
     now = time.time() if now is None else now
     if not directory.is_dir():
         return None
-    return _check(directory, pair, kind, takeover, now, f"taken for {purpose}")
+    return _check(directory, pair, kind, who or who_am_i(), takeover, now, f"taken for {purpose}")
 
 
-def release(pair: str, kind: str, *, takeover: Collection[str] = (), directory: Path = DEFAULT_DIR,
+def release(pair: str, kind: str, *, who: str | None = None, takeover: Collection[str] = (), directory: Path,
             now: float | None = None) -> Lease | None:
     """Drop ``pair``'s lease; the lease dropped (None: there was none). LeaseHeld when another actor holds it."""
     now = time.time() if now is None else now
     if not directory.is_dir():
         return None
     with _locked(directory):
-        held = _check(directory, pair, kind, takeover, now, "released")
+        held = _check(directory, pair, kind, who or who_am_i(), takeover, now, "released")
         if held is not None:
             try:
                 _path(directory, pair).unlink()
@@ -247,11 +276,11 @@ def release(pair: str, kind: str, *, takeover: Collection[str] = (), directory: 
     return held
 
 
-def read(pair: str, directory: Path = DEFAULT_DIR) -> Lease | None:
+def read(pair: str, directory: Path) -> Lease | None:
     return _read(_path(directory, pair))
 
 
-def read_all(directory: Path = DEFAULT_DIR) -> list[Lease]:
+def read_all(directory: Path) -> list[Lease]:
     if not directory.is_dir():
         return []
     found = (_read(p) for p in sorted(directory.glob("*.json")))
@@ -262,7 +291,9 @@ def handle(request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     """One JSON request (the module's script form): (exit code, answer)."""
     try:
         op = request.get("op")
-        directory = Path(request.get("dir") or DEFAULT_DIR)
+        directory = Path(str(request["dir"]))
+        if not directory.is_absolute():
+            raise LeaseError(f"the lease directory {directory} is not an absolute path")
         takeover = [str(t) for t in request.get("takeover") or []]
         if op in ("read", "list"):
             leases = read_all(directory) if op == "list" else [x for x in [read(request["pair"], directory)] if x]
@@ -276,10 +307,11 @@ def handle(request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
             return 0, {"ok": True, "changed": True, "lease": lease.to_dict(),
                        "previous": previous.to_dict() if previous else None}
         if op == "check":
-            previous = check(pair, kind, str(request["purpose"]), takeover=takeover, directory=directory)
+            previous = check(pair, kind, str(request["purpose"]), who=request.get("who"), takeover=takeover,
+                             directory=directory)
             return 0, {"ok": True, "changed": False, "previous": previous.to_dict() if previous else None}
         if op == "release":
-            previous = release(pair, kind, takeover=takeover, directory=directory)
+            previous = release(pair, kind, who=request.get("who"), takeover=takeover, directory=directory)
             return 0, {"ok": True, "changed": previous is not None,
                        "previous": previous.to_dict() if previous else None}
         raise LeaseError(f"unknown lease operation {op!r} (acquire, check, release, read, list)")

@@ -1,6 +1,9 @@
 """The pair leases (``pdfleet.lease``) as each actor reaches them: in this process (the deployed watchdog, on the
 gateway host itself) or on the gateway host through a runner (``pdfleet ops`` and a watchdog run from the control
-machine: SSH, as root or through ``sudo -n``)."""
+machine: SSH, as root or through ``sudo -n``).
+
+A lease held by a process of this user on this machine that no longer runs (an interrupted `pdfleet ops restart`)
+is taken over by its rerun (``pdfleet.lease.gone_here``): the refusal is for another person's command at work."""
 
 from __future__ import annotations
 
@@ -11,8 +14,19 @@ from typing import Any, Protocol
 
 from pdfleet import lease as store
 from pdfleet.lease import Lease, LeaseError, LeaseHeld
+from pdfleet.versions import LEASE_DIR
 
 Runner = Callable[[str, str], tuple[int, str, str]]  # (host, command) -> (rc, out, err)
+
+
+def _past_gone(call: Callable[[Collection[str]], Any], takeover: Collection[str]) -> Any:
+    """``call(takeover)``, once more taking over the holder when it is this user's process here that is gone."""
+    try:
+        return call(takeover)
+    except LeaseHeld as e:
+        if not store.gone_here(e.lease):
+            raise
+        return call((*takeover, f"who:{e.lease.who}"))
 
 
 class Leases(Protocol):
@@ -28,15 +42,16 @@ class LocalLeases:
 
     kind: str
     who: str = field(default_factory=store.who_am_i)
-    directory: Path = store.DEFAULT_DIR
+    directory: Path = LEASE_DIR
 
     def acquire(self, pair: str, purpose: str, ttl_s: float | None = None,
                 takeover: Collection[str] = ()) -> Lease:
-        return store.acquire(pair, self.kind, purpose, who=self.who, ttl_s=ttl_s, takeover=takeover,
-                             directory=self.directory)[0]
+        return _past_gone(lambda t: store.acquire(pair, self.kind, purpose, who=self.who, ttl_s=ttl_s, takeover=t,
+                                                  directory=self.directory)[0], takeover)
 
     def release(self, pair: str, takeover: Collection[str] = ()) -> Lease | None:
-        return store.release(pair, self.kind, takeover=takeover, directory=self.directory)
+        return _past_gone(lambda t: store.release(pair, self.kind, who=self.who, takeover=t,
+                                                  directory=self.directory), takeover)
 
     def read(self, pair: str) -> Lease | None:
         """The pair's lease (None: free); LeaseError when this process could not take one here (the watchdog
@@ -54,7 +69,7 @@ class RemoteLeases:
     kind: str
     prefix: str = ""
     who: str = field(default_factory=store.who_am_i)
-    directory: Path = store.DEFAULT_DIR
+    directory: Path = LEASE_DIR
 
     def _call(self, request: dict[str, Any], wanted: str) -> dict[str, Any]:
         request = {**request, "dir": str(self.directory)}
@@ -68,13 +83,15 @@ class RemoteLeases:
 
     def acquire(self, pair: str, purpose: str, ttl_s: float | None = None,
                 takeover: Collection[str] = ()) -> Lease:
-        answer = self._call({"op": "acquire", "pair": pair, "kind": self.kind, "who": self.who, "purpose": purpose,
-                             "ttl_s": ttl_s, "takeover": list(takeover)}, f"taken for {purpose}")
+        answer = _past_gone(lambda t: self._call(
+            {"op": "acquire", "pair": pair, "kind": self.kind, "who": self.who, "purpose": purpose, "ttl_s": ttl_s,
+             "takeover": list(t)}, f"taken for {purpose}"), takeover)
         return Lease.from_dict(answer["lease"])
 
     def release(self, pair: str, takeover: Collection[str] = ()) -> Lease | None:
-        answer = self._call({"op": "release", "pair": pair, "kind": self.kind, "takeover": list(takeover)},
-                            "released")
+        answer = _past_gone(lambda t: self._call(
+            {"op": "release", "pair": pair, "kind": self.kind, "who": self.who, "takeover": list(t)}, "released"),
+            takeover)
         return Lease.from_dict(answer["previous"]) if answer.get("previous") else None
 
     def read(self, pair: str) -> Lease | None:

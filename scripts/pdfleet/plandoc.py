@@ -23,7 +23,7 @@ from pdfleet.patch import roleinputs
 from pdfleet.paths import PACKAGE_DIR, REPO_ROOT, TEMPLATE_DIR
 from pdfleet.planner import Plan
 from pdfleet.render import unit_context
-from pdfleet.versions import CONSTANTS, MODEL_MANIFEST_NAME, OVERLAY_REQUIREMENTS, RECORD_NAME
+from pdfleet.versions import CONSTANTS, LEASE_DIR, MODEL_MANIFEST_NAME, OVERLAY_REQUIREMENTS, RECORD_NAME
 
 SCHEMA = "pdfleet-plan/1"
 
@@ -42,6 +42,7 @@ def plan_document(plan: Plan) -> dict[str, Any]:
     # Each host's firewall: its allow-list and nftables ruleset (pdfleet.firewall; the pdfleet_firewall role's input).
     doc["host_firewalls"] = host_firewalls(plan)
     doc["role_facts"] = {"record_name": RECORD_NAME, "model_manifest_name": MODEL_MANIFEST_NAME,
+                         "lease_dir": str(LEASE_DIR),
                          "driver_hold_regex": dict(CONSTANTS["driver_hold_regex"]),
                          "sglang_patch": roleinputs.patch_facts(str(plan.sglang["version"]))}
     # What the pinned SGLang resolves each worker to (pdfleet.launchcheck, committed), or how to resolve it.

@@ -84,8 +84,13 @@ class Plan:
     def units(self) -> list[Unit]:
         return [u for units in self.hosts.values() for u in units]
 
+    def gateway_host(self) -> str | None:
+        """The router's host (where the pair leases are); None when the plan has no router unit."""
+        return next((h for h, units in self.hosts.items() if any(u.kind == "router" for u in units)), None)
+
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
+        out["gateway_host"] = self.gateway_host()
         for host, units in self.hosts.items():
             out["hosts"][host] = [dict(asdict(u), exec_start_line=u.exec_start_line) for u in units]
         return out

@@ -33,6 +33,11 @@ RECORD_NAME: str = CONSTANTS["record_name"]
 # Ports the router host's other services listen on (Prometheus, the watchdog's metrics): no unit may take them.
 RESERVED_PORTS: dict[int, str] = {int(k): str(v) for k, v in CONSTANTS["reserved_ports"].items()}
 MODEL_MANIFEST_NAME: str = CONSTANTS["model_manifest_name"]
+# The pair leases' store on the router host (pdfleet.lease; the watchdog unit's second StateDirectory).
+LEASE_DIR: Path = Path(CONSTANTS["lease_dir"])
+if LEASE_DIR.parent != Path("/var/lib") or LEASE_DIR.name in ("", ".", ".."):  # pragma: no cover - a broken package
+    raise RuntimeError(f"{CONSTANTS_FILE}: lease_dir {LEASE_DIR} must be a directory directly under /var/lib "
+                       "(it is a systemd StateDirectory)")
 DRIVER_HOLD_REGEX: dict[str, re.Pattern[str]] = {
     distro: re.compile(pattern) for distro, pattern in CONSTANTS["driver_hold_regex"].items()
 }

@@ -44,6 +44,36 @@ def test_an_expired_lease_may_be_taken_and_one_without_expiry_never_expires(tmp_
         lease.acquire("m", "watchdog", "restart", directory=tmp_path, now=10.0**9)
 
 
+def test_an_ops_command_at_work_is_kept_from_other_ops_commands(tmp_path: Path) -> None:
+    """An ops lease with an expiry (restart, undrain at work) is its holder's alone; a drain (no expiry) is any
+    person's; ``who:<holder>`` and "*" take over; an expired one is free."""
+    lease.acquire("n", "ops", "restart", who="alice@a pid 1", ttl_s=600, directory=tmp_path, now=0.0)
+    for attempt in (lambda: lease.acquire("n", "ops", "restart", who="bob@b pid 2", ttl_s=600, directory=tmp_path,
+                                          now=1.0),
+                    lambda: lease.release("n", "ops", who="bob@b pid 2", directory=tmp_path, now=1.0)):
+        with pytest.raises(LeaseHeld, match=r"another `pdfleet ops restart` is working on the pair"):
+            attempt()
+    assert lease.read("n", tmp_path).who == "alice@a pid 1"
+    assert lease.acquire("n", "ops", "restart", who="alice@a pid 1", ttl_s=600, directory=tmp_path,
+                         now=2.0)[0].since == 0.0  # her own renewal
+    assert lease.acquire("n", "ops", "undrain", who="bob@b pid 2", takeover=["who:alice@a pid 1"],
+                         directory=tmp_path, now=3.0)[0].who == "bob@b pid 2"
+    lease.acquire("n", "ops", "drain", who="carol@c pid 3", directory=tmp_path, now=4.0)
+    assert lease.release("n", "ops", who="bob@b pid 2", directory=tmp_path, now=5.0).who == "carol@c pid 3"
+    lease.acquire("n", "ops", "restart", who="alice@a pid 1", ttl_s=10, directory=tmp_path, now=0.0)
+    assert lease.acquire("n", "ops", "restart", who="bob@b pid 2", directory=tmp_path, now=10.0)[0].who == "bob@b pid 2"
+
+
+def test_gone_here_is_only_this_users_finished_process_on_this_machine(tmp_path: Path) -> None:
+    me = lease.who_am_i().rpartition(" pid ")[0]
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    held = lease.acquire("n", "ops", "restart", who=f"{me} pid {proc.pid}", ttl_s=60, directory=tmp_path)[0]
+    assert lease.gone_here(held)
+    for who in (f"{me} pid 1", lease.who_am_i(), f"someone@elsewhere pid {proc.pid}", "watchdog"):
+        assert not lease.gone_here(lease.Lease("n", "ops", who, "restart", 0.0, 60.0)), who
+
+
 def test_release_refuses_another_actor_unless_taken_over(tmp_path: Path) -> None:
     lease.acquire("n", "watchdog", "left_out", who="wd", directory=tmp_path)
     with pytest.raises(LeaseHeld):
@@ -134,3 +164,6 @@ def test_the_script_form_answers_json_with_its_exit_codes(tmp_path: Path) -> Non
     assert rc == 0 and out["changed"] and lease.read("n", tmp_path) is None
     rc, out = run({"op": "acquire", "pair": "n"})
     assert rc == 2 and out["error"] == "store"
+    argv = lease.remote_argv({"op": "list"}, python=sys.executable)  # no "dir": the caller must name the store
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and "'dir'" in json.loads(proc.stdout)["message"]

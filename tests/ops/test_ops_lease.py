@@ -181,6 +181,47 @@ def test_a_restart_that_leaves_the_pair_out_keeps_the_lease_and_says_so(hosts: H
     assert held is not None and (held.kind, held.purpose, held.expires) == ("ops", "drain", None)
 
 
+def test_two_peoples_restarts_of_one_pair_never_run_at_once(hosts: Hosts) -> None:
+    """Bob's `ops restart` while Alice's is at work on the pair (both kind ops): refused, nothing drained, Alice
+    named; her lease untouched. Bob may still undrain a pair Alice merely drained (a person's drain)."""
+    lease.acquire("node2", "ops", "restart", who="alice@ctl pid 4242", ttl_s=3600, directory=hosts.leases)
+    log: list[str] = []
+    line = restart_pair(PAIR, hosts.run, _steps(hosts, log))
+    assert line.code == FAILED and log == [] and "nothing drained (the pair still serves)" in line.text
+    assert "ops (alice@ctl pid 4242) for restart" in line.text and "another `pdfleet ops restart`" in line.text
+    held = lease.read("node2", hosts.leases)
+    assert held is not None and held.who == "alice@ctl pid 4242" and held.purpose == "restart"
+    # Bob's undrain of the pair Alice is restarting: refused too (it would put back what her restart took out)
+    router = Router()
+    line = undrain_pair(PAIR, hosts.store, router.readd)
+    assert line.code == FAILED and router.log == [] and "alice@ctl pid 4242" in line.text
+    # once Alice's restart left it as a drain (no expiry), it is any person's to put back
+    lease.acquire("node2", "ops", "drain", who="alice@ctl pid 4242", directory=hosts.leases)
+    line = undrain_pair(PAIR, hosts.store, router.readd)
+    assert line.code == OK and router.log == ["readd"] and lease.read("node2", hosts.leases) is None
+
+
+def test_a_rerun_here_takes_over_the_lease_of_an_interrupted_restart(hosts: Hosts) -> None:
+    """An `ops restart` killed here (its process gone) left its lease at work: the same user's rerun on this machine
+    takes it over; a live process's is refused."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    me = lease.who_am_i().rpartition(" pid ")[0]
+    lease.acquire("node2", "ops", "restart", who=f"{me} pid {gone.pid}", ttl_s=3600, directory=hosts.leases)
+    log: list[str] = []
+    line = restart_pair(PAIR, hosts.run, _steps(hosts, log))
+    assert line.code == OK and log == ["drain", "restart", "gate", "readd"], line.text
+    alive = subprocess.Popen(["sleep", "30"])
+    try:
+        lease.acquire("node2", "ops", "restart", who=f"{me} pid {alive.pid}", ttl_s=3600, directory=hosts.leases)
+        log.clear()
+        line = restart_pair(PAIR, hosts.run, _steps(hosts, log))
+        assert line.code == FAILED and log == [] and f"pid {alive.pid}" in line.text
+    finally:
+        alive.kill()
+        alive.wait()
+
+
 def test_status_shows_the_lease_a_pair_is_held_under() -> None:
     plan = plan_inventory(REPO_ROOT / "inventory" / "sim-fleet")
     urls = {u for p in fleet.pairs_from_plan(plan).values() for u in p.urls}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pdfleet.versions import LEASE_DIR
 from pdfleet_sim.testing import realwedge
 from simcluster import SITE, ScratchCluster, wait_for
 
@@ -104,6 +105,36 @@ def _watchdog_on_the_pristine_stack(c: ScratchCluster) -> None:
     restarts = [r for r in doc["remediation"]["remediations"] if r["action"] == "restart" and r["result"] == "ok"]
     assert sum(r["count"] for r in restarts) == 2, doc["remediation"]
     assert c.chat("In one sentence, what is PCIe? (second recovery)")["usage"]["completion_tokens"] > 0
+
+    # 4. the watchdog killed mid-remediation (a deploy restarting it, the OOM killer): the pair is out of the router
+    # under the watchdog's lease; systemd starts a new process, which takes its own lease again, finishes the
+    # remediation from its recorded intent and releases the lease: the pair serves, nothing is left held
+    _killed_mid_remediation(c, host)
+
+
+def _lease(c: ScratchCluster, pair: str) -> dict[str, Any] | None:
+    proc = c.ssh(f"cat {LEASE_DIR}/{pair}.json 2>/dev/null || true", timeout=20)
+    return json.loads(proc.stdout) if proc.stdout.strip() else None
+
+
+def _killed_mid_remediation(c: ScratchCluster, host: str) -> None:
+    before = c.ssh("systemctl show -p MainPID --value pdfleet-watchdog").stdout.strip()
+    sent = foreign_frame(c.address)
+    held = wait_for("the watchdog's lease (remediation under way)",
+                    lambda: (x := _lease(c, host)) is not None and x["kind"] == "watchdog" and x, 3 * BUDGET_S, 0.5)
+    killed = time.time()
+    kill = c.ssh("systemctl kill --signal=KILL pdfleet-watchdog.service")
+    assert kill.returncode == 0, kill.stderr
+    print(f"[pristine, restart] watchdog (pid {before}) killed {killed - sent:.1f} s after the frame, holding "
+          f"{held['who']}'s lease for {held['purpose']}")
+    wait_for("a new watchdog process", lambda: c.ssh("systemctl show -p MainPID --value pdfleet-watchdog")
+             .stdout.strip() not in ("", "0", before), 60, 1.0)
+    doc = wait_for("OK again, lease released", lambda: (d := status(c))["pairs"][host]["state"] == "OK"
+                   and _lease(c, host) is None and d, 600, 2.0)
+    print(f"[pristine, restart] the restarted watchdog finished the remediation: OK and the lease released "
+          f"{time.time() - killed:.1f} s after the kill")
+    assert c.chat("In one sentence, what is PCIe? (after the watchdog was killed)")["usage"]["completion_tokens"] > 0
+    assert doc["remediation"].get("intent") in (None, {}) and doc["remediation"]["left_out"] == [], doc["remediation"]
 
 
 @pytest.mark.mutates

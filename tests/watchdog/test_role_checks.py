@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
+from pdfleet.plandoc import plan_document
 from role_inputs import plan_inputs
 
 BIN = Path(sys.executable).parent
@@ -28,7 +29,7 @@ def _play(tmp_path: Path, body: str, extra: dict) -> subprocess.CompletedProcess
 
 
 def test_restart_on_a_router_host_without_the_workers_is_refused(tmp_path: Path) -> None:
-    plan = plan_inventory(REPO_ROOT / "inventory" / "sim-fleet").to_dict()
+    plan = plan_document(plan_inventory(REPO_ROOT / "inventory" / "sim-fleet"))  # what the preflight hands it
     proc = _play(tmp_path, "    - ansible.builtin.include_role:\n        name: pdfleet.cluster.pdfleet_watchdog\n",
                  {"pdfleet_watchdog_plan": plan, "pdfleet_watchdog_local_host": "router1",
                   "pdfleet_watchdog_wheel": WHEEL, "pdfleet_watchdog_remediation": "restart",
@@ -39,9 +40,22 @@ def test_restart_on_a_router_host_without_the_workers_is_refused(tmp_path: Path)
     assert "changed=0" in out and "Install the Debian packages" not in out, out[-3000:]
 
 
+def test_a_plan_without_the_lease_directory_is_refused_first(tmp_path: Path) -> None:
+    """A plan document without role_facts.lease_dir (an older preflight's, or one hand-made): refused before
+    anything changes, naming how to get the plan."""
+    plan = plan_document(plan_inventory(REPO_ROOT / "inventory" / "sim"))
+    del plan["role_facts"]["lease_dir"]
+    proc = _play(tmp_path, "    - ansible.builtin.include_role:\n        name: pdfleet.cluster.pdfleet_watchdog\n",
+                 {"pdfleet_watchdog_plan": plan, "pdfleet_watchdog_local_host": "node1",
+                  "pdfleet_watchdog_wheel": WHEEL, **plan_inputs("pdfleet_watchdog")})
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0 and "localhost: pdfleet_watchdog needs the plan" in out, out[-3000:]
+    assert "role_facts.lease_dir" in out and "changed=0" in out, out[-3000:]
+
+
 def test_a_one_host_plan_has_no_remote_pairs(tmp_path: Path) -> None:
     for inventory, host, expected in (("sim", "node1", []), ("sim-fleet", "node2", ["node1", "node3"])):
-        plan = plan_inventory(REPO_ROOT / "inventory" / inventory).to_dict()
+        plan = plan_document(plan_inventory(REPO_ROOT / "inventory" / inventory))
         body = (f"    - ansible.builtin.include_vars: {ROLE_DIR / 'pdfleet_watchdog' / 'vars' / 'main.yml'}\n"
                 "    - ansible.builtin.debug:\n"
                 "        msg: \"REMOTE={{ __pdfleet_watchdog_remote_pairs | to_json }}\"\n")

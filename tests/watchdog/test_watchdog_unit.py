@@ -628,7 +628,7 @@ def test_a_pair_another_actor_holds_is_not_touched_and_the_decision_names_the_ho
     d = r.decide("a", trackers, pairs, urls)
     assert d.action == "wait" and "alice@ctl pid 9" in d.reason and "pdfleet ops undrain a" in d.reason
     assert r.act(d, pairs["a"], background=False) is False and actions.calls == []
-    lease.release("a", "ops", directory=tmp_path)  # ops is done: the watchdog acts
+    lease.release("a", "ops", who="alice@ctl pid 9", directory=tmp_path)  # ops is done: the watchdog acts
     assert r.act(r.decide("a", trackers, pairs, urls), pairs["a"], background=False)
     assert actions.calls == ["remove a", "restart a", "gate a", "readd a"]
     assert lease.read("a", tmp_path) is None  # released once the pair is back

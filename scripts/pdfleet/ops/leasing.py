@@ -28,10 +28,10 @@ UNDRAIN_TTL_S = 600.0  # held while the pair goes back (readd's probes), then re
 
 def gateway_host(plan: Plan) -> str:
     """The router's host: where the lease store is."""
-    for host, units in plan.hosts.items():
-        if any(u.kind == "router" for u in units):
-            return host
-    raise LeaseError("the plan has no router unit, so there is no gateway host for the pair leases")
+    host = plan.gateway_host()
+    if host is None:
+        raise LeaseError("the plan has no router unit, so there is no gateway host for the pair leases")
+    return host
 
 
 def ops_leases(plan: Plan, run: Runner) -> RemoteLeases:

@@ -23,10 +23,10 @@ from pdfleet import fleet
 from pdfleet.errors import PdfleetError
 from pdfleet.inventory import InventorySource
 from pdfleet.inventory_flags import add_vault_arguments, source_from_args
-from pdfleet.lease import DEFAULT_DIR as DEFAULT_LEASE_DIR
 from pdfleet.lease_client import Leases, LocalLeases, RemoteLeases
 from pdfleet.paths import DEFAULT_INVENTORY
 from pdfleet.table import format_table
+from pdfleet.versions import LEASE_DIR
 from pdfleet.watchdog.actions import FleetActions, RestartError, local_shell
 from pdfleet.watchdog.journal import JournalWatch, Runner, local_runner
 from pdfleet.watchdog.loop import Config, Watchdog
@@ -57,14 +57,13 @@ def _cluster(args: argparse.Namespace) -> tuple[dict[str, fleet.Pair], str, str 
                                      "role writes it; or run `pdfleet plan --json > FILE`)") from None
         pairs = fleet.pairs_from_plan_dict(plan)
         model, sglang, router_url = plan.get("model") or {}, plan.get("sglang") or {}, plan.get("router_url")
-        gateway = next((str(h) for h, units in (plan.get("hosts") or {}).items()
-                        if any(u.get("kind") == "router" for u in units)), "")
+        gateway = str(plan.get("gateway_host") or "")
     else:
         from pdfleet.inventory_plan import plan_inventory
 
         p = plan_inventory(source_from_args(args))
         pairs, model, sglang, router_url = fleet.pairs_from_plan(p), p.model, p.sglang, p.router_url
-        gateway = next((h for h, units in p.hosts.items() if any(u.kind == "router" for u in units)), "")
+        gateway = p.gateway_host() or ""
     if not pairs or not router_url:
         raise WatchdogUsageError(f"{args.plan or args.inventory}: the plan has no worker pairs or no router")
     return pairs, str(model.get("served_name") or model.get("name")), sglang.get("version"), str(router_url), gateway
@@ -219,8 +218,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="s a restarted worker may take to answer /health (900: model load)")
     r.add_argument("--router-python", default="", help="Python with sglang_router, for the gate's private router")
     r.add_argument("--state-file", type=Path, default=DEFAULT_STATE_FILE, help=f"({DEFAULT_STATE_FILE})")
-    r.add_argument("--lease-dir", type=Path, default=DEFAULT_LEASE_DIR,
-                   help=f"the pair leases' directory on the router host ({DEFAULT_LEASE_DIR})")
+    r.add_argument("--lease-dir", type=Path, default=LEASE_DIR,
+                   help=f"the pair leases' directory on the router host ({LEASE_DIR})")
     r.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port (0: off)")
     r.add_argument("--metrics-address", default="127.0.0.1", help="address for the metrics (127.0.0.1)")
     r.add_argument("--rounds", type=int, default=None, help="stop after N rounds (default: run until stopped)")
