@@ -139,8 +139,9 @@ def _table(c: ScratchCluster) -> subprocess.CompletedProcess[str]:
 @pytest.mark.mutates
 def test_the_firewall_outlives_a_boot_reload_and_goes_with_enabled_false(
         converged: ScratchCluster, stranger: tuple[str, str]) -> None:
-    """What boot does (nftables.service loads /etc/nftables.conf: its `flush ruleset`, then our include line)
-    leaves the pdfleet table loaded and the stranger refused; `firewall.enabled: false` converges to no table, no
+    """What boot does (systemd-sysctl.service applies /etc/sysctl.d: UCX's range reserved again, and not without
+    our file; nftables.service loads /etc/nftables.conf: its `flush ruleset`, then our include line) leaves the range
+    reserved, the pdfleet table loaded and the stranger refused; `firewall.enabled: false` converges to no table, no
     ruleset file and no include line (the worker port open to the stranger) and keeps UCX's ports reserved from
     the kernel's ephemeral allocation; enabled again, it is all back."""
     netns, _ = stranger
@@ -153,6 +154,15 @@ def test_the_firewall_outlives_a_boot_reload_and_goes_with_enabled_false(
                 "grep -h '^net.ipv4.ip_local_reserved_ports' /etc/sysctl.d/90-pdfleet-reserved-ports.conf")
     want_reserved = ["40000-40999", "net.ipv4.ip_local_reserved_ports", "=", "40000-40999"]
     assert converged.ssh(reserved).stdout.split() == want_reserved
+    # what boot does with the file: systemd-sysctl.service applies /etc/sysctl.d to the fresh kernel state (here the
+    # live value cleared first); with the file moved aside the same boot step leaves the range unreserved
+    live = "cat /proc/sys/net/ipv4/ip_local_reserved_ports"
+    boot = f"echo > {live[4:]} && systemctl restart systemd-sysctl.service && {live}"
+    conf = "/etc/sysctl.d/90-pdfleet-reserved-ports.conf"
+    assert converged.ssh(boot).stdout.split() == want_reserved[:1], "boot's sysctl step did not reserve the range"
+    without = converged.ssh(f"mv {conf} /root/held.conf && {boot}; mv /root/held.conf {conf}").stdout.split()
+    assert without == [], f"without the file the boot step should leave nothing reserved: {without}"
+    assert converged.ssh(boot).stdout.split() == want_reserved[:1]
     restart = converged.ssh("systemctl restart nftables.service")
     assert restart.returncode == 0, restart.stderr
     assert _table(converged).returncode == 0, "the boot configuration did not load the pdfleet table"
