@@ -54,14 +54,31 @@ def transition_at(doc: dict[str, Any], to: str, after: float) -> float | None:
     return next((t["at"] for t in doc["transitions"] if t["to"] == to and t["at"] >= after), None)
 
 
+def packages(c: ScratchCluster) -> set[str]:
+    proc = c.ssh("dpkg-query -W -f '${Package}\\n'", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return set(proc.stdout.split())
+
+
+def purge_added(c: ScratchCluster, before: set[str]) -> None:
+    """Restart mode installs polkitd (and what it pulls in); back in alert mode the role leaves system packages
+    installed (another service may use them): the test takes out exactly what it added, so the shared sim is back."""
+    added = sorted(packages(c) - before)
+    if added:
+        proc = c.ssh(f"DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq {' '.join(added)}", timeout=300)
+        assert proc.returncode == 0, proc.stderr
+
+
 @pytest.mark.mutates
 def test_watchdog_on_the_sim(converged: ScratchCluster) -> None:
     c = converged
+    before = packages(c)
     try:
         with c.model_changed("sglang", apply_patch=False):
             _watchdog_on_the_pristine_stack(c)
     finally:
         c.playbook(SITE, "--skip-tags", "verify")  # patched again, the watchdog in alert mode: the shared sim back
+        purge_added(c, before)
         c.wait_ready()
 
 
@@ -142,10 +159,12 @@ def test_no_false_alarm_on_the_patched_stack(converged: ScratchCluster) -> None:
     """Patched: a foreign frame and a verification run with 10 x 250 abort cascades and the benchmark load: no
     transition, no remediation."""
     c = converged
+    before = packages(c)
     try:
         _no_false_alarm(c)
     finally:
         c.playbook(SITE, "--skip-tags", "verify")  # the watchdog back in alert mode: the shared sim back
+        purge_added(c, before)
         c.wait_ready()
 
 
