@@ -146,6 +146,12 @@ def test_drain_and_readd(router: FakeRouter) -> None:
         ok = fleet.readd(client, pair, res.removed, "m", confirm_timeout_s=5)
         assert ok.confirmed and ok.added == [] and ok.probes == 1  # already listed: nothing added twice
         assert ok.after == {u: 1 for u in pair.urls}, ok.after
+        # the pairing samples (the report pages draw them): counters before, the probe, counters after
+        kinds = ["counts" if "counts" in s else "probe" for s in ok.samples]
+        assert kinds == ["counts", "counts", "probe", "counts"], ok.samples
+        assert ok.samples[-1]["counts"] == ok.after and ok.samples[2]["status"] == 200
+        assert [s["t"] for s in ok.samples] == sorted(s["t"] for s in ok.samples)
+        assert ok.to_dict()["samples"] == ok.samples
     finally:
         prefill.stop()
         decode.stop()

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from htmlreport.browser import load as load_page
 from pdfleet.patch import manifest as patches
 from pdfleet.paths import REPO_ROOT
 from simcluster import SITE, ScratchCluster, recap, wait_for
@@ -66,6 +67,8 @@ PROTOCOL_TASK = "TASK [Run config gate, deep liveness, abort cascades, recovery 
 def test_the_verify_stage_runs_its_protocol_alone(converged: ScratchCluster) -> None:
     """`--tags verify` (not in check mode) runs the verification protocol on the converged cluster and nothing of
     the converge: a new report whose cascade killed sessions and whose checks passed, and no change.
+    Its HTML page lies beside the JSON, its path in the stage's output, and a headless browser builds it with
+    the figures of this run (tests/htmlreport/browser.py; issue 28 item 4).
     That the same stage fails on a wedged cluster is shown in tests/sim/test_wedge.py."""
     before = set(converged.reports_dir.glob("verify-*.json"))
     proc = converged.playbook(SITE, "--tags", "verify")  # raises unless the verification passed
@@ -73,13 +76,30 @@ def test_the_verify_stage_runs_its_protocol_alone(converged: ScratchCluster) -> 
     assert PROTOCOL_TASK in proc.stdout, proc.stdout[-4000:]
     new = set(converged.reports_dir.glob("verify-*.json")) - before
     assert len(new) == 1, f"the verify stage wrote {len(new)} reports: {sorted(p.name for p in new)}"
-    report = json.loads(new.pop().read_text())
+    path = new.pop()
+    report = json.loads(path.read_text())
     statuses = {c["name"]: c["status"] for c in report["checks"]}
     assert report["verdict"] == "pass" and report["ok"] is True, report.get("failures")
     protocol = ("config", "liveness", "cascade", "recovery", "logs")
     assert {name: statuses.get(name) for name in protocol} == dict.fromkeys(protocol, "pass"), statuses
     cascade = next(c for c in report["checks"] if c["name"] == "cascade")
     assert cascade["measured"]["killed"] > 0, cascade
+    # the page of this run, as a browser builds it
+    page = path.with_suffix(".html")
+    assert page.is_file(), f"no page beside {path}"
+    assert f"page: {page}" in proc.stdout, proc.stdout[-4000:]
+    dom = load_page(page)
+    assert dom.verdict == "VERDICT: PASS exit 0", dom.verdict
+    assert dom.figures == ["protocol", "cascade", "latency"] and "script" not in dom.tags, dom.figures
+    drawn = {s["data-check"]: s["data-status"] for s in dom.shapes if "data-check" in s}
+    assert drawn == statuses, (drawn, statuses)
+    cycles = [str(c["cycle"]) for c in cascade["detail"]["cycles"]]
+    assert [s["data-cycle"] for s in dom.shapes if "data-cycle" in s] == cycles
+    killed = [s for s in dom.shapes if s.get("data-phase", "").startswith("killed")]
+    assert killed, "the cascade's killed sessions are not drawn"
+    bench = next((c for c in report["checks"] if c["name"] == "bench"), None)
+    if bench is not None and (bench.get("detail") or {}).get("latency_samples", {}).get("ttft_ms"):
+        assert any("data-bin" in s for s in dom.shapes), "the benchmark's latencies are not drawn"
 
 
 def test_units_run_as_the_unprivileged_user(converged: ScratchCluster) -> None:

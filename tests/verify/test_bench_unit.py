@@ -118,3 +118,17 @@ def test_fleet_baseline_key_is_not_a_single_pairs_and_not_the_checkouts() -> Non
     assert baseline_key(one) != baseline_key(fleet)  # a three-pair fleet never compares with one pair's numbers
     moved = {**one, "plan": {**one["plan"], "paths": {"repo": "/elsewhere"}}}
     assert baseline_key(moved) == baseline_key(one)  # where the bundle is checked out is not part of the plan
+
+
+def test_latency_samples_go_to_detail_not_measured(tmp_path: Path) -> None:
+    """pdfleet's own load hands back every request's latencies: the check keeps them in ``detail`` (the report
+    page's latency distribution), out of ``measured`` (which failure messages print) and out of the baseline."""
+    s = Settings(baseline_file=tmp_path / "b.json")
+    samples = {"ttft_ms": [70.0, 80.0, 90.0], "tpot_ms": [24.0, 25.0], "e2e_s": [1.5, 1.6]}
+    first = bench_check({**RESULT, "latency_samples": samples}, None, "k", s, {"sglang": "x"}, 1.0)
+    assert first.detail == {"versions": {"sglang": "x"}, "latency_samples": samples}
+    assert "latency_samples" not in first.measured
+    store_if_passed("pass", first, s)
+    assert "latency_samples" not in json.dumps(json.loads((tmp_path / "b.json").read_text()))
+    lost = bench_check({**RESULT, "completed": 7, "latency_samples": samples}, None, "k", s, {}, 1.0)
+    assert lost.status == "fail" and lost.detail == {"latency_samples": samples}

@@ -43,6 +43,8 @@ def test_unreachable_router_could_not_run(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stdout + proc.stderr
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["verdict"] == "inconclusive" and data["ok"] is False
+    # the page beside the JSON, its path printed (pdfleet.htmlreport; tests/htmlreport check it in a browser)
+    assert f"page: {tmp_path / 'r.html'}" in proc.stdout and (tmp_path / "r.html").is_file()
     assert "unreachable" in data["error"] and data["failures"][0]["check"] == "protocol"
 
 

@@ -23,7 +23,7 @@ options:
       - How to reach the pair's hosts over SSH for the journal scan (host -> name, address, port, user, key_file,
         ssh_args), from the play's hostvars with the pdfleet_connections filter (Vault already opened); none = no scan.
     type: dict
-  report: {description: "Write the protocol's JSON report here.", type: path}
+  report: {description: "Write the protocol's JSON report here, and its page beside it (same stem, .html).", type: path}
 """
 
 EXAMPLES = r"""
@@ -37,7 +37,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-gate: {description: "ok, verdict, failures (check, status, summary, measured), seconds.", type: dict, returned: always}
+gate:
+  description: "ok, verdict, failures (check, status, summary, measured), seconds, page (its HTML page or null)."
+  type: dict
+  returned: always
 started: {description: "Epoch when the gate began.", type: float, returned: always}
 finished: {description: "Epoch when it ended.", type: float, returned: always}
 """
@@ -54,6 +57,7 @@ from ansible_collections.pdfleet.cluster.plugins.module_utils.pdfleet_module imp
 
 with PdfleetImports() as IMPORTS:
     from pdfleet import fleet
+    from pdfleet.htmlreport import write_verify_page
     from pdfleet.inventory import HostConnection
     from pdfleet.verify.logs import SSHJournalLogs
 
@@ -88,10 +92,14 @@ def main() -> None:
         logs = SSHJournalLogs(Path("."), hosts=hosts)
     out = io.StringIO()
     res = fleet.isolated_gate(pair, settings, logs, model=p["model"], sglang_version=p["sglang_version"], out=out)
+    page = None
     if p["report"]:
         Path(p["report"]).parent.mkdir(parents=True, exist_ok=True)
         Path(p["report"]).write_text(json.dumps(res.to_dict(), indent=2, sort_keys=True) + "\n")
+        if res.report:  # the protocol ran: its page beside the JSON (the rollout page links it)
+            page = str(write_verify_page(Path(p["report"]), res.report))
     gate = {k: v for k, v in res.to_dict().items() if k != "report"}
+    gate["page"] = page
     gate["progress"] = out.getvalue().splitlines()[-40:]
     if not res.ok:
         module.fail_json(msg=res.describe(), gate=gate, started=started, finished=time.time())

@@ -8,7 +8,8 @@ module: pdfleet_rollout_report
 short_description: Write the rollout report (timeline and seconds per host, outcome, table)
 author: pdfleet (!UNKNOWN)
 description:
-  - Writes C(pdfleet.rollout.report.build)'s JSON to O(path) on the control machine. A local artefact of the
+  - Writes C(pdfleet.rollout.report.build)'s JSON to O(path) on the control machine, and its HTML page beside it
+    (the same stem, C(.html): per-host timeline, pairing samples, table). A local artefact of the
     run, so it reports changed=false; in check mode nothing is written.
 options:
   path: {description: "Where to write the report.", type: path, required: true}
@@ -33,6 +34,7 @@ EXAMPLES = r"""
 RETURN = r"""
 table: {description: "The per-host table.", type: list, returned: always}
 path: {description: "The report's path.", type: str, returned: always}
+page: {description: "The HTML page's path (null in check mode).", type: str, returned: always}
 """
 
 import time  # noqa: E402 - Ansible modules put their documentation first
@@ -61,9 +63,10 @@ def main() -> None:
     p = module.params
     data = report.build(p["rollout"], p["timelines"], p["outcome"], p["started"], time.time(), p["swap"],
                         p["one_pair"], p["bench"])
+    page = None
     if not module.check_mode:
-        report.write(Path(p["path"]), data)
-    module.exit_json(changed=False, table=data["table"], path=p["path"], total_s=data["total_s"],
+        page = str(report.write(Path(p["path"]), data))
+    module.exit_json(changed=False, table=data["table"], path=p["path"], page=page, total_s=data["total_s"],
                      sum_gates_s=data["sum_gates_s"])
 
 

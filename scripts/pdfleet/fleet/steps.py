@@ -100,11 +100,23 @@ class ReaddResult:
     probes: int
     seconds: float
     problems: list[str] = field(default_factory=list)
+    # the pairing samples, in order: each read of the members' counters ({"t": epoch, "counts": {url: n}}) and
+    # each probe through the production router ({"t": epoch, "status": HTTP status or 0, "s": seconds}); the
+    # report pages draw them (at most SAMPLES_MAX)
+    samples: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"host": self.host, "added": self.added, "confirmed": self.confirmed, "before": self.before,
                 "after": self.after, "probes": self.probes, "seconds": round(self.seconds, 3),
-                "problems": self.problems}
+                "problems": self.problems, "samples": self.samples}
+
+
+SAMPLES_MAX = 400
+
+
+def _sample(samples: list[dict[str, Any]], **values: Any) -> None:
+    if len(samples) < SAMPLES_MAX:
+        samples.append({"t": round(time.time(), 3), **values})
 
 
 def readd(router: RouterClient, pair: Pair, specs: list[WorkerSpec] | None, model: str,
@@ -122,7 +134,9 @@ def readd(router: RouterClient, pair: Pair, specs: list[WorkerSpec] | None, mode
     t0 = time.monotonic()
     by_url = {s.url: s for s in specs or []}
     order = sorted(pair.members, key=lambda m: {"prefill": 0, "mono": 1, "decode": 2}.get(m.role, 3))
+    samples: list[dict[str, Any]] = []
     before = request_counts(pair)
+    _sample(samples, counts=before)
     # before the router sees it: the cross-host pairings, straight to the workers (no router needed)
     problems = []
     for cross in cross_pairs([pair, *(others or [])]):
@@ -132,7 +146,7 @@ def readd(router: RouterClient, pair: Pair, specs: list[WorkerSpec] | None, mode
                 problems.append(f"cross pair {cross.host}: {c.problem} (HTTP {c.status}, {c.latency_s:.1f} s)")
     if problems:
         return ReaddResult(pair.host, [], False, before, before, 0, time.monotonic() - t0,
-                           ["not added: " + problems[0], *problems[1:]])
+                           ["not added: " + problems[0], *problems[1:]], samples)
     added = []
     for m in order:
         _, changed = router.add(by_url.get(m.url, m.spec()), wait_s)
@@ -143,16 +157,19 @@ def readd(router: RouterClient, pair: Pair, specs: list[WorkerSpec] | None, mode
     deadline = time.monotonic() + confirm_timeout_s
     while True:
         after = request_counts(pair)
+        _sample(samples, counts=after)
         moved = {u: _moved(before[u], after[u]) for u in after}
         if all(moved.values()):
-            return ReaddResult(pair.host, added, True, before, after, probes, time.monotonic() - t0)
+            return ReaddResult(pair.host, added, True, before, after, probes, time.monotonic() - t0, [], samples)
         if time.monotonic() >= deadline:
             stuck = [u for u, ok in moved.items() if not ok]
             return ReaddResult(pair.host, added, False, before, after, probes, time.monotonic() - t0,
                                [f"{u}: {REQUEST_COUNTER} stayed at {after[u]} after {probes} probes "
-                                f"through {router.url} in {confirm_timeout_s:g} s" for u in stuck])
+                                f"through {router.url} in {confirm_timeout_s:g} s" for u in stuck], samples)
+        p0, status = time.monotonic(), 0
         with contextlib.suppress(HTTPError):  # the counters decide; a failed probe just did not land here
-            call("POST", router.url + "/v1/chat/completions", chat_body(model, 4), probe_deadline_s,
-                 router.api_key)
+            status, _ = call("POST", router.url + "/v1/chat/completions", chat_body(model, 4), probe_deadline_s,
+                             router.api_key)
+        _sample(samples, status=status, s=round(time.monotonic() - p0, 3))
         probes += 1
         time.sleep(probe_interval_s)

@@ -1,22 +1,28 @@
-"""``pdfleet rollout plan -i INV`` (what rollout.yml will do, before anything changes) and
-``pdfleet rollout status -i INV`` (each host's version, patch, router membership and whether it serves).
+"""``pdfleet rollout plan -i INV`` (what rollout.yml will do, before anything changes),
+``pdfleet rollout status -i INV`` (each host's version, patch, router membership and whether it serves) and
+``pdfleet rollout page REPORT`` (the report's HTML page again, with the outcomes of a client load that ran
+alongside drawn against the rollout; rollout.yml writes the page without them).
 
-Both only read: the records over SSH, the router's ``GET /workers``, and (status) one real request through
-each pair. Exit codes: 0 ok (plan: it may go ahead; status: every host at the target, in the router and
-serving), 1 refused / a host is not, 2 could not read the fleet.
+Plan and status only read: the records over SSH, the router's ``GET /workers``, and (status) one real request
+through each pair. Exit codes: 0 ok (plan: it may go ahead; status: every host at the target, in the router and
+serving), 1 refused / a host is not, 2 could not read the fleet (page: the report or the load).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
+from typing import Any
 
 from pdfleet.errors import PdfleetError
 from pdfleet.fleet.canary import pair_canary
+from pdfleet.htmlreport import write_rollout_page
 from pdfleet.inventory_flags import add_inventory_arguments, source_from_args
 from pdfleet.rollout import plan as rollout_plan
 from pdfleet.rollout.collect import collect
 from pdfleet.rollout.health import DEFAULT_DEADLINE_S, apply_health, check_serving_pairs
+from pdfleet.rollout.report import SCHEMA
 from pdfleet.routerkey import find_key
 from pdfleet.table import format_table
 
@@ -55,6 +61,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             q.add_argument("--canary-deadline", type=float, default=DEFAULT_DEADLINE_S,
                            help=f"s for each serving pair's direct canary (default {DEFAULT_DEADLINE_S:g})")
         q.set_defaults(func=func)
+    q = sub.add_parser("page", help="write a rollout report's HTML page (optionally with a client load's outcomes)")
+    q.add_argument("report", type=Path, help="the rollout's JSON report (reports/rollout-<time>/rollout.json)")
+    q.add_argument("--client-load", type=Path, default=None,
+                   help='JSON list of the requests a client sent during the rollout: {"started": epoch, "seconds": '
+                        's, "kind": "ok" | "failed" | "cut"} each')
+    q.set_defaults(func=cmd_page)
 
 
 def _collect(args: argparse.Namespace) -> tuple[dict, list, str]:
@@ -100,3 +112,27 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         print(format_table(["host", "version", "patch", "router", "serving", "target"], rows))
     return 0 if ok else 1
+
+
+class PageInputError(PdfleetError):
+    exit_code = 2
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise PageInputError(f"{what} {path}: {e}") from e
+
+
+def cmd_page(args: argparse.Namespace) -> int:
+    report = _read_json(args.report, "report")
+    if not isinstance(report, dict) or report.get("schema") != SCHEMA:
+        raise PageInputError(f"report {args.report}: not a pdfleet rollout report (schema {SCHEMA})")
+    client = None
+    if args.client_load is not None:
+        client = _read_json(args.client_load, "--client-load")
+        if not isinstance(client, list):
+            raise PageInputError(f"--client-load {args.client_load}: expected a JSON list of request outcomes")
+    print(f"page: {write_rollout_page(args.report, report, client)}")
+    return 0

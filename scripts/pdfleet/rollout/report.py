@@ -1,5 +1,6 @@
 """The rollout's JSON report: each host's timeline (drained, idle, stopped, applied, started, gated, re-added;
-seconds each), the outcome, and a table at the end. rollout.yml writes it under reports/."""
+seconds each), the outcome, and a table at the end. rollout.yml writes it under reports/, with its HTML page
+beside it (pdfleet.htmlreport)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,11 @@ def table(report: dict[str, Any]) -> str:
     return head + "\n" + format_table(["host", *cols], rows)
 
 
-def write(path: Path, report: dict[str, Any]) -> None:
+def write(path: Path, report: dict[str, Any], client: list[dict[str, Any]] | None = None) -> Path:
+    """The JSON report at ``path`` and its page beside it (same stem, ``.html``; ``client``: outcomes of a client
+    load that ran alongside, drawn on the page only); the page's path."""
+    from pdfleet.htmlreport import write_rollout_page
+
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    return write_rollout_page(path, report, client)

@@ -32,6 +32,9 @@ from pdfleet.verify.result import ERROR, FAIL, NO_BASELINE, PASS, CheckResult
 from pdfleet.verify.settings import Settings
 
 METRICS = ("output_throughput", "median_ttft_ms", "median_tpot_ms")
+# Each completed request's TTFT, TPOT and end-to-end time (pdfleet's own load only), kept in the bench check's
+# ``detail`` (not ``measured``, which failure messages print whole): the report page's latency distribution.
+SAMPLES = "latency_samples"
 
 
 def load_shape(s: Settings) -> dict[str, Any]:
@@ -69,7 +72,9 @@ async def pdfleet_load(url: str, model: str, s: Settings) -> dict[str, Any]:
             "request_throughput": round(len(done) / duration, 3) if duration > 0 else 0.0,
             "median_ttft_ms": round(statistics.median(ttft), 3) if ttft else None,
             "median_tpot_ms": round(statistics.median(tpot), 3) if tpot else None,
-            "errors": sorted({x.error for x in sessions if x.error})[:5]}
+            "errors": sorted({x.error for x in sessions if x.error})[:5],
+            SAMPLES: {"ttft_ms": sorted(round(v, 3) for v in ttft), "tpot_ms": sorted(round(v, 3) for v in tpot),
+                      "e2e_s": sorted(round(x.end_s, 3) for x in done if x.end_s is not None)}}
 
 
 def sglang_command(base_url: str, s: Settings, output: Path) -> list[str]:
@@ -164,24 +169,25 @@ def bench_check(result: dict[str, Any] | None, error: str | None, profile: str, 
     if result is None:
         return CheckResult("bench", ERROR, f"benchmark could not run: {error}", {"load": shape},
                            failures=[f"benchmark could not run: {error}"], duration_s=duration_s)
-    measured = {**result, "load": shape}
+    samples = {SAMPLES: result[SAMPLES]} if SAMPLES in result else {}
+    measured = {**{k: v for k, v in result.items() if k != SAMPLES}, "load": shape}
     if result["completed"] < result["requests"]:
         why = f"only {result['completed']}/{result['requests']} benchmark requests completed: {result['errors']}"
         return CheckResult("bench", FAIL, why, measured, {"completed": result["requests"]}, [why],
-                           duration_s=duration_s)
+                           duration_s=duration_s, detail=samples)
     measured["baseline_key"] = key
     baseline = read_baselines(s.baseline_file).get(key)
     if baseline is None or baseline.get("load") != shape:
         why = "no baseline" if baseline is None else "no baseline for this load shape"
         return CheckResult("bench", NO_BASELINE, f"{why} for {key} in {s.baseline_file} (not a failure; "
                            "this run becomes the baseline if its verdict passes)", measured,
-                           {"baseline": None}, duration_s=duration_s, detail={"versions": versions})
+                           {"baseline": None}, duration_s=duration_s, detail={"versions": versions, **samples})
     failures, limits = compare(result, baseline, s)
     summary = (f"{result['output_throughput']} tok/s, TTFT {result['median_ttft_ms']} ms, "
                f"TPOT {result['median_tpot_ms']} ms vs baseline {baseline['result']}")
     return CheckResult("bench", FAIL if failures else PASS, summary, measured,
                        {**limits, "baseline": baseline["result"], "baseline_saved_at": baseline.get("saved_at")},
-                       failures, duration_s=duration_s, detail={"versions": versions})
+                       failures, duration_s=duration_s, detail={"versions": versions, **samples})
 
 
 def store_if_passed(verdict: str, bench: CheckResult | None, s: Settings) -> str | None:

@@ -223,14 +223,15 @@ def build_log_source(args: argparse.Namespace, target: targets.Target) -> LogSou
 
 
 def _finish(report: Report, args: argparse.Namespace) -> int:
-    if args.report:
-        report.write(args.report)
+    page = report.write(args.report) if args.report else None
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
         print(report.table())
         if args.report:
             print(f"report: {args.report}")
+    if page is not None:  # with --json on stderr, so that stdout stays one JSON document
+        print(f"page: {page}", file=sys.stderr if args.json else sys.stdout)
     return report.exit_code
 
 

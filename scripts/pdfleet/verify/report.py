@@ -138,11 +138,16 @@ class Report:
                    server_versions=d.get("server_versions", {}), timings=d.get("timings", {}),
                    metric_deltas=d.get("metric_deltas", {}), error=d.get("error"))
 
-    def write(self, path: Path) -> None:
+    def write(self, path: Path) -> Path:
+        """The JSON report at ``path`` and its page beside it (same stem, ``.html``); the page's path."""
+        from pdfleet.htmlreport import write_verify_page
+
         path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
+        data = self.to_dict()
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
         tmp.replace(path)
+        return write_verify_page(path, data)
 
     def table(self) -> str:
         rows = []
