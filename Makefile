@@ -15,6 +15,7 @@ site: setup
 PYTEST_REPORT = --durations=25 --junitxml=reports/junit.xml
 
 test: setup
+	@bash scripts/host-packages.sh --tests
 	@$(VENV)/bin/python tests/machine_check.py
 	@mkdir -p reports
 	@$(VENV)/bin/pytest $(PYTEST_REPORT) $(PYTEST_ARGS); rc=$$?; \
@@ -23,6 +24,7 @@ test: setup
 # The long tier: extra depth (other distributions, the pypi install mode, the whole fault catalogue, ...).
 # Never the only proof of a claim: each claim the README makes is proved by `make test`.
 test-long: setup
+	@bash scripts/host-packages.sh --tests
 	@$(VENV)/bin/python tests/machine_check.py
 	@mkdir -p reports
 	@$(VENV)/bin/pytest -m long --durations=25 --junitxml=reports/junit-long.xml $(PYTEST_ARGS); rc=$$?; \

@@ -2,11 +2,17 @@
 # Install the Debian packages the control machine needs (only the missing ones; needs root for that).
 # systemd-container/debootstrap/nftables: the simulated cluster; systemd: systemd-analyze for unit checks;
 # patch: applying the SGLang patch series; openssh-client: reaching the hosts; gpg: signing the sim's stand-in
-# NVIDIA repository; prometheus: promtool, to unit-test the alert rules; chromium-headless-shell: the headless
-# browser the report-page tests load the verification and rollout pages in (tests/htmlreport).
+# NVIDIA repository; prometheus: promtool, to unit-test the alert rules.
+# With --tests (make test), also chromium-headless-shell: the headless browser the report-page tests load the
+# verification and rollout pages in (tests/htmlreport); `make site` does not need it.
 set -euo pipefail
-packages=(debootstrap systemd-container nftables systemd patch openssh-client iproute2 python3-venv gpg prometheus
-          chromium-headless-shell)
+packages=(debootstrap systemd-container nftables systemd patch openssh-client iproute2 python3-venv gpg prometheus)
+if [ "${1:-}" = "--tests" ]; then
+  packages+=(chromium-headless-shell)
+elif [ $# -gt 0 ]; then
+  echo "pdfleet: usage: scripts/host-packages.sh [--tests]" >&2
+  exit 2
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 BROWSER = "chromium-headless-shell"
-INSTALL_HINT = (f"{BROWSER} is not installed: as root, apt-get install {BROWSER} (or scripts/host-packages.sh, "
+INSTALL_HINT = (f"{BROWSER} is not installed: as root, apt-get install {BROWSER} (or scripts/host-packages.sh --tests, "
                 "which `make test` runs)")
 
 
