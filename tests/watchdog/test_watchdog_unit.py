@@ -15,7 +15,7 @@ from pdfleet.lease_client import LocalLeases
 from pdfleet.watchdog.journal import CURSOR_PREFIX, INVOCATION_PREFIX, JournalWatch
 from pdfleet.watchdog.loop import Config, Watchdog
 from pdfleet.watchdog.metrics import WatchdogMetrics
-from pdfleet.watchdog.observe import PairObserver, Probes, Unreachable
+from pdfleet.watchdog.observe import DEAD_THREAD_CANARY_S, PairObserver, Probes, Unreachable
 from pdfleet.watchdog.progress import StallDetector
 from pdfleet.watchdog.remediate import Decision, Remediator
 from pdfleet.watchdog.state import Observation, PairTracker, State
@@ -601,6 +601,40 @@ def test_a_thread_death_in_the_journal_names_the_pair_wedged_in_the_round_that_r
     assert dog.trackers["a"].reasons[0].startswith("journal: pdfleet-prefill-a: ") and "thread_death" in \
         dog.trackers["a"].reasons[0]
     assert dog.trackers["a"].consecutive_failures == 0  # no canary failed: the journal alone named it
+
+
+def test_a_round_that_finds_a_dead_thread_does_not_wait_the_canarys_whole_deadline() -> None:
+    """The bad case: the round scanned the journal, then waited the full 20-s canary deadline on the wedged pair
+    before the state was known (a pristine wedge named 32-34 s after the frame on the one-host sim). Now that
+    pair's canary gets DEAD_THREAD_CANARY_S; the other pair's keeps the configured deadline, and the failed canary
+    is still recorded (PdfleetHealthLies reads it)."""
+    now = [0.0]
+    cluster = FakeCluster()
+    journal = FakeJournal(lines=["INFO ready"])
+    pairs = {"a": _pair("a"), "b": _pair("b")}
+    deadlines: list[tuple[str, float]] = []
+    probes = cluster.probes()
+    real_canary = probes.canary
+    probes.canary = lambda pair, model, deadline: (deadlines.append((pair.host, deadline)),
+                                                   real_canary(pair, model, deadline))[1]
+    clean = FakeJournal(invocation="bbb", lines=["INFO ready"])  # pair b's units: nothing died there
+
+    def journals(host: str, command: str) -> tuple[int, str, str]:
+        return (journal if host == "a" else clean)(host, command)
+
+    dog = Watchdog(pairs, "m", Config(canary_deadline_s=20.0), None, Remediator("alert"), None, probes,
+                   journal=JournalWatch(journals), clock=lambda: now[0], log=lambda m: None)
+    dog.round()
+    assert sorted(deadlines) == [("a", 20.0), ("b", 20.0)]
+    journal.lines += ["Exception in thread Thread-3 (bootstrap_thread):",
+                      "AssertionError: First message should be b'NixlMsgGuard'. Foreign traffic?"]
+    cluster.wedged.add("a")
+    deadlines.clear()
+    now[0] += 15
+    dog.round()
+    assert dict(deadlines) == {"a": DEAD_THREAD_CANARY_S, "b": 20.0}
+    assert dog.trackers["a"].state == State.WEDGED and dog.trackers["b"].state == State.OK
+    assert dog.observers["a"].workers and dog.trackers["a"].consecutive_failures == 1  # the failure is recorded
 
 
 # --- the pair lease (shared with pdfleet ops and the rollout) --------------------------------------------------

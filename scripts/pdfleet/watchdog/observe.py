@@ -46,6 +46,10 @@ class Probes:
     health: Callable[[str], bool] = health_ok
 
 
+# The canary's deadline in a round whose journal scan already found a dead thread (see observe()).
+DEAD_THREAD_CANARY_S = 3.0
+
+
 @dataclass
 class WorkerSignals:
     """What the last round saw of one member (exported as metrics)."""
@@ -145,7 +149,12 @@ class PairObserver:
                 obs.unknown.append(f"{m.name}: {', '.join(unknown)}")
             self._journal(m, sig, obs)
         if run_canary and not obs.unreachable:
-            result = self.probes.canary(self.pair, self.model, self.canary_deadline_s)
+            # A dead thread in the journal is conclusive (the round names the pair WEDGED whatever the canary says):
+            # the canary then only adds evidence (and PdfleetHealthLies its failure), so the round must not wait
+            # its whole deadline on a wedged pair before the state is known.
+            deadline = min(self.canary_deadline_s, DEAD_THREAD_CANARY_S) if obs.dead_threads \
+                else self.canary_deadline_s
+            result = self.probes.canary(self.pair, self.model, deadline)
             obs.canary_ok, obs.canary_latency_s, obs.canary_problem = result.ok, result.latency_s, result.problem
             # A pair whose journal shows a dead thread is not excused as busy: the death is conclusive.
             if not result.ok and result.status == 0 and not obs.dead_threads and self._busy(before):
