@@ -65,6 +65,20 @@ class RouterSpec:
     decode_policy: str = "round_robin"
     health_check_interval_secs: int = 10
     drain_timeout_s: int = 120
+    # smg's own health checks, circuit breaker, retries and shutdown (README "The gateway"; sglang-router 0.3.2
+    # gets none of these flags). A worker is marked unhealthy after health_failure_threshold failed checks and
+    # back after health_success_threshold good ones; it is never removed for it (pdfleet decides membership).
+    health_failure_threshold: int = 3
+    health_success_threshold: int = 2
+    health_check_timeout_secs: int = 5
+    # Attempts per request (1: no retry). smg retries by the worker's status code, after the worker may have run
+    # the prefill and moved the KV cache: a retry there repeats that work on another pair.
+    retry_max_attempts: int = 1
+    cb_failure_threshold: int = 10
+    cb_timeout_duration_secs: int = 60
+    # On SIGTERM smg stops taking requests and lets those in flight finish for this long; the unit's stop timeout
+    # is this plus 15 s.
+    shutdown_grace_s: int = 120
     # The gateway's API key (PDFLEET_ROUTER_API_KEY in pdfleet_units_secrets, Vault): on by default, so nobody who
     # reaches the port can add or delete workers. Off only by an explicit `api_key: false`.
     api_key: bool = True
@@ -98,6 +112,8 @@ class SglangSpec:
     router_version: str = PINS["sglang_router_version"]
     nixl_version: str = PINS["nixl_version"]
     venv: str = "/opt/pdfleet/venv"
+    # The gateway's own venv on the router host (never the service venv: the router shares nothing with SGLang).
+    router_venv: str = "/opt/pdfleet/gateway"
     launcher: Launcher = "sglang"
     log_level: str = "info"
 
@@ -202,6 +218,13 @@ BOUNDS: dict[tuple[type, str], tuple[float, float]] = {
     (RouterSpec, "metrics_port"): PORT,
     (RouterSpec, "health_check_interval_secs"): (1, 3600),
     (RouterSpec, "drain_timeout_s"): (0, 86400),
+    (RouterSpec, "health_failure_threshold"): (1, 1000),
+    (RouterSpec, "health_success_threshold"): (1, 1000),
+    (RouterSpec, "health_check_timeout_secs"): (1, 3600),
+    (RouterSpec, "retry_max_attempts"): (1, 100),
+    (RouterSpec, "cb_failure_threshold"): (1, 1_000_000),
+    (RouterSpec, "cb_timeout_duration_secs"): (1, 86400),
+    (RouterSpec, "shutdown_grace_s"): (0, 86400),
     (CudaSpec, "driver_branch"): (1, 10_000),
     (NixlSpec, "bootstrap_timeout_s"): (1, 86400),
     (NixlSpec, "waiting_timeout_s"): (1, 86400),

@@ -18,7 +18,14 @@ from pdfleet.patch import manifest as patches
 from pdfleet.patch.errors import UnsupportedVersionError
 from pdfleet.paths import PATCH_DIR, package_relative
 from pdfleet.ucx import concrete_transports, misplaced_words, unknown_words, valid_names
-from pdfleet.versions import CUDA_DRIVER_FLOORS, CUDA_FLOOR, RESERVED_PORTS, SUPPORTED_LOG_LEVELS, version_tuple
+from pdfleet.versions import (
+    CUDA_DRIVER_FLOORS,
+    CUDA_FLOOR,
+    RESERVED_PORTS,
+    SUPPORTED_LOG_LEVELS,
+    router_module,
+    version_tuple,
+)
 
 PD_PROFILES = ("pd-4p4d", "pd-multinode")
 _ENV_REF = re.compile(r"\$\{[A-Z][A-Z0-9_]*\}")  # left for systemd to expand from an EnvironmentFile
@@ -415,6 +422,8 @@ def _check_absolute(c: ClusterSpec) -> list[Problem]:
         ("pdfleet_cluster.model.path", c.model.path, "the weights' directory on every worker host"),
         ("pdfleet_cluster.model.mirror_path", c.model.mirror_path, "the model's directory on the control machine"),
         ("pdfleet_cluster.sglang.venv", c.sglang.venv, "the service venv on every host, e.g. /opt/pdfleet/venv"),
+        ("pdfleet_cluster.sglang.router_venv", c.sglang.router_venv,
+         "the router's venv on the router host, e.g. /opt/pdfleet/gateway"),
         ("pdfleet_cluster.service.config_dir", c.service.config_dir, "the units' configuration, e.g. /etc/pdfleet"),
         ("pdfleet_cluster.service.state_dir", c.service.state_dir, "the units' state, e.g. /var/lib/pdfleet"),
     ):
@@ -613,11 +622,8 @@ def without_key_shim(argv: list[str]) -> list[str]:
 
 def _router_unit(c: ClusterSpec, address: str, workers: list[Unit]) -> Unit:
     r = c.router
-    python = f"{c.sglang.venv}/bin/python"
-    if c.sglang.router_package == "smg":
-        argv = [f"{c.sglang.venv}/bin/smg", "launch"]
-    else:
-        argv = [python, "-m", "sglang_router.launch_router"]
+    python = f"{c.sglang.router_venv}/bin/python"
+    argv = [python, "-m", router_module(c.sglang.router_package)]
     if r.api_key:  # the shim adds the key from the environment (ROUTER_KEY_SHIM): its target, then the arguments
         argv = with_key_shim(argv, python, ROUTER_KEY_SHIM)
     if c.profile in PD_PROFILES:
@@ -634,11 +640,23 @@ def _router_unit(c: ClusterSpec, address: str, workers: list[Unit]) -> Unit:
     argv += ["--host", address, "--port", str(r.port),
              "--prometheus-host", address, "--prometheus-port", str(r.metrics_port),
              "--health-check-interval-secs", str(r.health_check_interval_secs)]
+    smg = c.sglang.router_package == "smg"
+    if smg:  # the gateway's own resilience settings, from the plan (RouterSpec; README "The gateway")
+        argv += ["--health-failure-threshold", str(r.health_failure_threshold),
+                 "--health-success-threshold", str(r.health_success_threshold),
+                 "--health-check-timeout-secs", str(r.health_check_timeout_secs),
+                 "--no-remove-unhealthy-workers",
+                 "--retry-max-retries", str(r.retry_max_attempts),
+                 "--cb-failure-threshold", str(r.cb_failure_threshold),
+                 "--cb-timeout-duration-secs", str(r.cb_timeout_duration_secs),
+                 "--shutdown-grace-period-secs", str(r.shutdown_grace_s),
+                 "--log-level", "info"]
     argv += r.extra_args
     return Unit(
         name=ROUTER_UNIT, kind="router", role="router", instance="router", host=r.host, address=address,
         description=f"pdfleet SGLang router ({c.profile}, workers: {len(workers)})",
-        exec_start=argv, environment={"PYTHONUNBUFFERED": "1", "RUST_LOG": "info"},
+        exec_start=argv, environment={"PYTHONUNBUFFERED": "1", "RUST_LOG": "info", "NO_COLOR": "1"},
         ports={"port": r.port, "metrics_port": r.metrics_port}, after=[w.name for w in workers if w.host == r.host],
-        timeout_stop_s=30, url=f"http://{address}:{r.port}", secrets=[ROUTER_KEY_ENV] if r.api_key else [],
+        timeout_stop_s=r.shutdown_grace_s + 15 if smg else 30, url=f"http://{address}:{r.port}",
+        secrets=[ROUTER_KEY_ENV] if r.api_key else [],
     )

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from pdfleet.clusterspec import ClusterSpec, short, short_name
 from pdfleet.errors import Problem
+from pdfleet.versions import PINS, ROUTER_MODULES
 
 # Host and instance names become directories (`pdfleet render -o DIR/<host>`) and unit names.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
@@ -75,7 +76,8 @@ def check_values(c: ClusterSpec, inventory_hosts: Mapping[str, str]) -> list[Pro
     for path, value in (("pdfleet_cluster.service.config_dir", svc.config_dir),
                         ("pdfleet_cluster.service.state_dir", svc.state_dir),
                         ("pdfleet_cluster.model.path", c.model.path),
-                        ("pdfleet_cluster.sglang.venv", c.sglang.venv)):
+                        ("pdfleet_cluster.sglang.venv", c.sglang.venv),
+                        ("pdfleet_cluster.sglang.router_venv", c.sglang.router_venv)):
         problem = _directory_problem(value)
         if problem:
             out.append(Problem(path, problem, "use a directory of its own, e.g. the default"))
@@ -94,7 +96,26 @@ def check_values(c: ClusterSpec, inventory_hosts: Mapping[str, str]) -> list[Pro
             out.append(Problem(path, "is a dynamic loader variable: it would load code into every worker before "
                                "SGLang", "remove it (install libraries where the loader finds them)"))
     out += _revision_problems(c)
+    out += _router_package_problems(c)
     return out
+
+
+def _router_package_problems(c: ClusterSpec) -> list[Problem]:
+    """The router package must be one the bundle deploys, with a version of its own (not the other package's pin),
+    in a venv of its own."""
+    sg = c.sglang
+    if sg.router_package not in ROUTER_MODULES:
+        return [Problem("pdfleet_cluster.sglang.router_package", f"{short(sg.router_package)} is not a router pdfleet "
+                        "deploys", f"choose one of {', '.join(sorted(ROUTER_MODULES))} (default "
+                        f"{PINS['sglang_router_package']})")]
+    if sg.router_package != PINS["sglang_router_package"] and sg.router_version == PINS["sglang_router_version"]:
+        return [Problem("pdfleet_cluster.sglang.router_version", f"{sg.router_version} is the pin of "
+                        f"{PINS['sglang_router_package']}, not of {sg.router_package}",
+                        f"set router_version to the {sg.router_package} release to deploy (0.3.2 for sglang-router)")]
+    if sg.router_venv.rstrip("/") == sg.venv.rstrip("/"):
+        return [Problem("pdfleet_cluster.sglang.router_venv", f"{sg.router_venv} is the service venv",
+                        "give the router a venv of its own (default /opt/pdfleet/gateway)")]
+    return []
 
 
 def _revision_problems(c: ClusterSpec) -> list[Problem]:

@@ -33,6 +33,17 @@ RECORD_NAME: str = CONSTANTS["record_name"]
 # Ports the router host's other services listen on (Prometheus, the watchdog's metrics): no unit may take them.
 RESERVED_PORTS: dict[int, str] = {int(k): str(v) for k, v in CONSTANTS["reserved_ports"].items()}
 MODEL_MANIFEST_NAME: str = CONSTANTS["model_manifest_name"]
+# The router packages the bundle deploys -> the module its router starts from (python -m MODULE …).
+ROUTER_MODULES: dict[str, str] = {str(k): str(v) for k, v in CONSTANTS["router_modules"].items()}
+
+
+def router_module(package: str) -> str:
+    """The module ``package``'s router starts from; ValueError naming the choices for another package."""
+    try:
+        return ROUTER_MODULES[package]
+    except KeyError:
+        raise ValueError(f"router package {package!r} is not one pdfleet deploys (choose one of "
+                         f"{', '.join(sorted(ROUTER_MODULES))}: pdfleet_cluster.sglang.router_package)") from None
 # The pair leases' store on the router host (pdfleet.lease; the watchdog unit's second StateDirectory).
 LEASE_DIR: Path = Path(CONSTANTS["lease_dir"])
 if LEASE_DIR.parent != Path("/var/lib") or LEASE_DIR.name in ("", ".", ".."):  # pragma: no cover - a broken package

@@ -27,13 +27,13 @@ MARKER = f"{VENV}/pdfleet-wheel.sha256"
 STATE = {"mode": "0644", "owner": "root", "group": "root"}
 FIELDS = {"version": "0.5.23", "patch_id": "nixl-guard-v2", "patched": True, "parts": [3], "sha256": "b" * 64,
           "install_mode": "sim"}
-WANT = {"install_mode": "sim", "pypi": ["sglang==0.5.23", "sglang-router==0.3.2"],
-        "sim": ["sglang==0.5.23", "Foo_Bar==1.0", "x.y==2"], "router": "sglang_router==0.3.2",
+WANT = {"install_mode": "sim", "pypi": ["sglang==0.5.23", "Foo_Bar==1.0"],
+        "sim": ["sglang==0.5.23", "Foo_Bar==1.0", "x.y==2"],
         "pth": STATE | {"content": "/opt/pdfleet-runtime/lib/python3.11/site-packages\n"},
         "wheel_marker": STATE | {"path": MARKER, "content": "a" * 64 + "\n"}, "conn_sha256": "b" * 64,
         "record": STATE | {"path": RECORD, "fields": FIELDS}}
 CFG = {"venv": VENV, "conn_file": CONN_FILE, "want": WANT}
-DISTS = ["foo-bar==1.0", "pdfleet-sim==1.0", "pdfleet==1.0", "sglang-router==0.3.2", "sglang==0.5.23", "x-y==2"]
+DISTS = ["foo-bar==1.0", "pdfleet-sim==1.0", "pdfleet==1.0", "sglang==0.5.23", "x-y==2"]
 CONVERGED = {"debs_missing": [], "purelib": PURELIB, "dists": DISTS, "conn_sha256": "b" * 64, "wheel_ok": True,
              "files": {RECORD: STATE | {"content": SGLANG.record_content(FIELDS, PURELIB, CONN_FILE)},
                        MARKER: STATE | {"content": "a" * 64 + "\n"},
@@ -60,7 +60,7 @@ def _files(**changes: dict | None) -> dict:
     ("debs", CFG, {"debs_missing": ["patch"]}),
     ("debs", PYPI, {"debs_missing": ["python3-venv", "patch"]}),
     ("pypi_stack", PYPI, {"dists": [d for d in DISTS if d != "sglang==0.5.23"]}),
-    ("pypi_stack", PYPI, {"dists": [d for d in DISTS if not d.startswith("sglang-router")]}),
+    ("pypi_stack", PYPI, {"dists": [d for d in DISTS if not d.startswith("foo-bar")]}),
     ("pypi_stack", PYPI, {"dists": [d.replace("sglang==0.5.23", "sglang==0.5.22") for d in DISTS]}),
     ("pth", CFG, _files(pth=None)),
     ("pth", CFG, _files(pth=WANT["pth"] | {"content": "/elsewhere\n"})),
@@ -68,13 +68,15 @@ def _files(**changes: dict | None) -> dict:
     ("pth", CFG, _files(pth=WANT["pth"] | {"owner": "nobody"})),
     ("sim_stack", CFG, {"dists": [d for d in DISTS if d != "x-y==2"]}),
     ("sim_stack", CFG, {"dists": [d for d in DISTS if d != "sglang==0.5.23"]}),
-    ("sim_router", CFG, {"dists": [d for d in DISTS if not d.startswith("sglang-router")]}),
+    ("stray_router", CFG, {"dists": [*DISTS, "sglang-router==0.3.2"]}),
+    ("stray_router", PYPI, {"dists": [*DISTS, "smg==1.13.0"]}),
     ("wheel", CFG, {"wheel_ok": False}),
     ("wheel", CFG, _files(marker=None)),
     ("wheel", CFG, _files(marker=STATE | {"content": "c" * 64 + "\n"})),
     ("wheel", CFG, _files(marker=STATE | {"content": "a" * 64 + "\n", "group": "staff"})),
-], ids=["debs", "debs-pypi", "pypi-sglang", "pypi-router", "pypi-version", "pth-missing", "pth-content",
-        "pth-mode", "pth-owner", "sim-requirement", "sim-sglang", "sim-router", "wheel-record", "wheel-no-marker",
+], ids=["debs", "debs-pypi", "pypi-sglang", "pypi-requirement", "pypi-version", "pth-missing", "pth-content",
+        "pth-mode", "pth-owner", "sim-requirement", "sim-sglang", "router-left-sim", "router-left-pypi",
+        "wheel-record", "wheel-no-marker",
         "wheel-marker-content", "wheel-marker-group"])
 def test_each_entry_differs_alone_where_its_task_has_work(entry: str, cfg: dict, found: dict) -> None:
     assert SGLANG.differs(cfg, CONVERGED | found) == NONE | {entry: True}
@@ -84,7 +86,8 @@ def test_no_venv_differs_in_sim_mode_and_leaves_the_pypi_install_to_pip() -> Non
     """No venv: sim mode creates it (and everything in it differs); pypi mode's pip creates it with the stack."""
     bare = {"debs_missing": [], "purelib": "", "dists": [], "conn_sha256": "", "wheel_ok": False,
             "files": {RECORD: None, MARKER: None}}
-    assert SGLANG.differs(CFG, bare) == dict.fromkeys(SGLANG.DIFFERS, True) | {"debs": False, "pypi_stack": False}
+    assert SGLANG.differs(CFG, bare) == dict.fromkeys(SGLANG.DIFFERS, True) | {"debs": False, "pypi_stack": False,
+                                                                             "stray_router": False}
     assert SGLANG.differs(PYPI, bare) == NONE | {"pypi_stack": True}
     assert SGLANG.patch_differs(CFG, bare) == dict.fromkeys(SGLANG.PATCH, True)
     assert SGLANG.sim_missing(CFG, bare) == ["sglang==0.5.23", "foo-bar==1.0", "x-y==2"]
@@ -94,13 +97,13 @@ def test_no_venv_differs_in_sim_mode_and_leaves_the_pypi_install_to_pip() -> Non
 def test_the_sim_entries_are_off_in_pypi_mode_and_the_pypi_one_in_sim_mode() -> None:
     found = CONVERGED | _files(pth=None, marker=None) | {"dists": [], "wheel_ok": False}
     assert SGLANG.differs(PYPI, found) == NONE | {"pypi_stack": True}
-    assert SGLANG.differs(CFG, found) == NONE | {"pth": True, "sim_stack": True, "sim_router": True, "wheel": True}
+    assert SGLANG.differs(CFG, found) == NONE | {"pth": True, "sim_stack": True, "wheel": True}
 
 
 def test_pins_compare_as_the_probe_names_the_installed_distributions() -> None:
     """Names as pip spells them in a pin (upper case, "_" and ".") match dists_of's normalised ones; what is missing
     is named normalised (the pip task installs those)."""
-    want = WANT | {"sim": ["SGLang==0.5.23", "foo.bar==1.0", "X_Y==2"], "router": "SGLang.Router==0.3.2"}
+    want = WANT | {"sim": ["SGLang==0.5.23", "foo.bar==1.0", "X_Y==2"]}
     assert SGLANG.differs(CFG | {"want": want}, CONVERGED) == NONE
     assert SGLANG.differs(PYPI | {"want": want | {"install_mode": "pypi", "pypi": ["SGLANG==0.5.23"]}},
                           CONVERGED) == NONE
@@ -169,7 +172,7 @@ def _converged_host(tmp_path: Path) -> tuple[dict, Path]:
     lib = venv / "lib" / "python3.11" / "site-packages"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").write_text("")
-    for dist in ("sglang-0.5.23", "foo_bar-1.0", "x_y-2", "sglang_router-0.3.2"):
+    for dist in ("sglang-0.5.23", "foo_bar-1.0", "x_y-2"):
         (lib / f"{dist}.dist-info").mkdir(parents=True)
     _fake_wheel(lib, "pdfleet", "x = 1\n")
     _fake_wheel(lib, "pdfleet_sim", "y = 1\n")
@@ -194,6 +197,10 @@ def test_the_whole_probe_finds_a_converged_host_converged(tmp_path: Path) -> Non
     out = run_probe("sglang", cfg)
     assert set(out["differs"]) == set(SGLANG.DIFFERS) and set(out["patch"]) == set(SGLANG.PATCH)
     assert (out["differs"], out["patch"], out["sim_missing"]) == (NONE, NO_PATCH, []), out
+    (lib / "sglang_router-0.3.2.dist-info").mkdir()  # the router where the bundle installed it before
+    out = run_probe("sglang", cfg)
+    assert (out["differs"], out["router_dists"]) == (NONE | {"stray_router": True}, ["sglang-router"])
+    (lib / "sglang_router-0.3.2.dist-info").rmdir()
     (lib / "pdfleet_sim" / "a.py").write_text("y = 2\n")  # a hand edit of an installed sim wheel
     _write(lib / CONN_FILE, "edited\n")
     out = run_probe("sglang", cfg)
@@ -206,7 +213,7 @@ def test_the_whole_probe_finds_everything_to_do_on_a_bare_host(tmp_path: Path) -
     bare = cfg | {"venv": none, "debs": ["coreutils", "pdfleet-no-such-package"], "files": [none + "/r", none + "/m"]}
     out = run_probe("sglang", bare)
     assert set(out["differs"]) == set(SGLANG.DIFFERS)
-    assert out["differs"] == dict.fromkeys(SGLANG.DIFFERS, True) | {"pypi_stack": False}
+    assert out["differs"] == dict.fromkeys(SGLANG.DIFFERS, True) | {"pypi_stack": False, "stray_router": False}
     assert out["patch"] == dict.fromkeys(SGLANG.PATCH, True)
     assert out["sim_missing"] == ["sglang==0.5.23", "foo-bar==1.0", "x-y==2"]
     pypi = run_probe("sglang", bare | {"want": bare["want"] | {"install_mode": "pypi"}})

@@ -1,4 +1,4 @@
-"""Fixtures for the fleet tests: the real router (sglang-router 0.3.2) and simulated workers on 127.0.0.1."""
+"""Fixtures for the fleet tests: the real router (smg, the one pdfleet deploys) and simulated workers on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ def sim_python() -> str:
 
 @pytest.fixture(scope="session")
 def router_spec() -> RouterSpec:
-    spec = RouterSpec.find("sglang-router")
+    spec = RouterSpec.find("smg")
     if spec is None:
-        pytest.skip("sglang-router is not installed in this venv (make setup)")
+        pytest.skip("smg (the router pdfleet deploys) is not installed in this venv (make setup)")
     return spec
 
 

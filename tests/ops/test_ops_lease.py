@@ -224,11 +224,11 @@ def test_a_rerun_here_takes_over_the_lease_of_an_interrupted_restart(hosts: Host
 
 def test_status_shows_the_lease_a_pair_is_held_under() -> None:
     plan = plan_inventory(REPO_ROOT / "inventory" / "sim-fleet")
-    urls = {u for p in fleet.pairs_from_plan(plan).values() for u in p.urls}
+    urls = dict.fromkeys((u for p in fleet.pairs_from_plan(plan).values() for u in p.urls), "ready")
 
     def run(host: str, command: str) -> tuple[int, str, str]:
         units = command.split("systemctl is-active ", 1)[1].split(";", 1)[0].split()
-        return 0, "\n".join("active" for _ in units) + "\n--\n{}\n--\n", ""
+        return 0, "\n".join("active" for _ in units) + "\n--\n{}\n--\n\n--\n", ""
 
     held = lease.Lease("node2", "rollout", "ci@ctl pid 5", "rollout", 1000.0, None)
     lines = {x.host: x for x in tasks.status(plan, run, urls, "none found", {"node2": held})}

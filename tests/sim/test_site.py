@@ -260,3 +260,38 @@ def test_a_restart_owed_by_an_interrupted_run_is_made_by_the_next(converged: Scr
         assert after["pdfleet-decode0"] != before["pdfleet-decode0"]
         assert after["pdfleet-router"] == before["pdfleet-router"]
         assert recap(converged.playbook(SITE, "--skip-tags", "verify").stdout, "node1")["changed"] == 0
+
+
+def _router_exec(cluster: ScratchCluster) -> str:
+    return cluster.ssh("systemctl show -p ExecStart --value pdfleet-router").stdout
+
+
+def _dists(cluster: ScratchCluster, venv: str) -> set[str]:
+    code = "import importlib.metadata as m; print(' '.join(sorted(d.name for d in m.distributions())))"
+    return set(cluster.ssh(f"{venv}/bin/python -c {json.dumps(code)}").stdout.split())
+
+
+@pytest.mark.mutates
+def test_a_cluster_moves_between_routers_by_a_converge(converged: ScratchCluster) -> None:
+    """The migration, no hand steps: a host laid out as before the gateway had a venv of its own (sglang-router in
+    the service venv) converges to sglang-router 0.3.2 in the gateway venv (the service venv's copy removed), then
+    to the pinned smg there; each time the router unit runs the package the plan names, from that venv only, and
+    serves."""
+    service, gateway = "/opt/pdfleet/venv", "/opt/pdfleet/gateway"
+    with _converge_again_if_it_fails(converged):
+        proc = converged.ssh(f"{service}/bin/pip install -q sglang-router==0.3.2", timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        with converged.model_changed("sglang", router_package="sglang-router", router_version="0.3.2"):
+            converged.playbook(SITE, "--skip-tags", "verify")
+            assert "sglang_router.launch_router" in _router_exec(converged)
+            assert f"{gateway}/bin/python" in _router_exec(converged)
+            assert "sglang-router" in _dists(converged, gateway) and "smg" not in _dists(converged, gateway)
+            assert not {"sglang-router", "smg"} & _dists(converged, service)
+            converged.wait_ready()
+            assert converged.chat("hi")["usage"]["completion_tokens"] > 0
+        converged.playbook(SITE, "--skip-tags", "verify")
+        assert "smg.launch_router" in _router_exec(converged)
+        assert "smg" in _dists(converged, gateway) and "sglang-router" not in _dists(converged, gateway)
+        converged.wait_ready()
+        assert converged.chat("hi")["usage"]["completion_tokens"] > 0
+        assert recap(converged.playbook(SITE, "--skip-tags", "verify").stdout, "node1")["changed"] == 0

@@ -54,21 +54,32 @@ def _router(kind: str) -> RouterSpec:
 
 @pytest.fixture(scope="session")
 def router() -> RouterSpec:
-    """The router pdfleet deploys (sglang-router 0.3.2; see the simworker report for why)."""
-    return _router(os.environ.get("PDFLEET_ROUTER_KIND", "sglang-router"))
+    """The router pdfleet deploys (smg; $PDFLEET_ROUTER_KIND=sglang-router runs these tests on the old one)."""
+    return _router(os.environ.get("PDFLEET_ROUTER_KIND", "smg"))
 
 
-SMG_PIN = "smg==1.13.0"  # the version the router choice was made against (see test_router.py)
+SGL_ROUTER_PIN = "sglang-router==0.3.2"  # the router pdfleet deployed before smg, still accepted as router_package
 
 
 @pytest.fixture(scope="session")
-def smg_router() -> RouterSpec:
-    """smg in its own scratch venv under .cache/ (it must not share a venv with sglang-router)."""
-    if RouterSpec.find("smg") is None:
-        venv = REPO_ROOT / ".cache" / "router-smg"
+def sgl_router() -> RouterSpec:
+    """sglang-router 0.3.2 in its own scratch venv under .cache/ (it installs an `smg` script of its own, so it
+    never shares a venv with smg)."""
+    venv = REPO_ROOT / ".cache" / "router-sgl"
+    if not (venv / "bin" / "python").is_file():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", SMG_PIN],
+    if subprocess.run([str(venv / "bin" / "python"), "-c", "import sglang_router"], capture_output=True,
+                      check=False).returncode != 0:
+        proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", SGL_ROUTER_PIN],
                               capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            pytest.skip(f"could not install {SMG_PIN}: {proc.stderr.strip()[-300:]}")
-    return _router("smg")
+            pytest.fail(f"could not install {SGL_ROUTER_PIN} into {venv}: {proc.stderr.strip()[-300:]}")
+    return _router("sglang-router")
+
+
+@pytest.fixture(scope="session")
+def smg_router(router: RouterSpec) -> RouterSpec:
+    """smg (the project venv's, which pdfleet deploys)."""
+    if router.kind != "smg":
+        return _router("smg")
+    return router

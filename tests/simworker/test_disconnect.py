@@ -186,12 +186,10 @@ class MonoStack:
 
 @pytest.fixture
 def mono_stack(sim_python: str, slow_env: dict[str, str], router: RouterSpec, tmp_path: Path) -> Iterator[MonoStack]:
-    if router.kind != "sglang-router":
-        pytest.skip("the regular-mode command line here is sglang-router's")
     w = Worker(sim_python, slow_env, tmp_path / "mono.log", ["--log-level", "debug"])
     port = free_port()
     with (tmp_path / "router.log").open("wb") as fh:
-        proc = subprocess.Popen([str(router.executable), "-m", "sglang_router.launch_router", "--worker-urls", w.url,
+        proc = subprocess.Popen([*router.head(), "--worker-urls", w.url,
                                  "--host", HOST, "--port", str(port), "--prometheus-host", HOST,
                                  "--prometheus-port", str(free_port())], stdout=fh, stderr=subprocess.STDOUT,
                                 start_new_session=True, env={**os.environ, "NO_COLOR": "1"})
@@ -233,5 +231,5 @@ def test_mono_behind_the_router_drops_a_queued_stream(mono_stack: MonoStack) -> 
     wait_until(lambda: not stage_counts(w.url), 10, "the worker to drain")
     assert _state(w.url)["forward_passes"] == 1, "the dropped request was computed"
     assert "(type 1)" in w.log.read_text()
-    print(f"\n[disconnect] mono behind sglang-router: aborted {aborted_at - req.dropped_at:.2f}s after the drop "
+    print("\n[disconnect] mono behind the router: aborted {aborted_at - req.dropped_at:.2f}s after the drop "
           f"({aborted_at - req.sent_at:.2f}s after sending), never computed")

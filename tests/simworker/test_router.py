@@ -29,7 +29,7 @@ def slow_prefill_env(fake_env: dict[str, str]) -> dict[str, str]:
 def stack(
     request: pytest.FixtureRequest, sim_python: str, fake_env: dict[str, str], tmp_path: Path
 ) -> Iterator[LocalPD]:
-    spec: RouterSpec = request.getfixturevalue("router" if request.param == "sglang-router" else "smg_router")
+    spec: RouterSpec = request.getfixturevalue("sgl_router" if request.param == "sglang-router" else "smg_router")
     with LocalPD([sim_python], tmp_path, {**fake_env, "PDFLEET_SIM_DECODE_TOKENS_PER_S": "200"}, spec) as pd:
         yield pd
 
@@ -56,9 +56,10 @@ def test_registration_readiness_and_chat(stack: LocalPD) -> None:
 
 
 def test_router_propagates_disconnect_before_first_token(
-    sim_python: str, slow_prefill_env: dict[str, str], router: RouterSpec, tmp_path: Path
+    sim_python: str, slow_prefill_env: dict[str, str], sgl_router: RouterSpec, tmp_path: Path
 ) -> None:
-    with LocalPD([sim_python], tmp_path, slow_prefill_env, router) as pd:
+    """sglang-router 0.3.2 (still accepted as router_package) passes a disconnect on too."""
+    with LocalPD([sim_python], tmp_path, slow_prefill_env, sgl_router) as pd:
         open_and_drop(pd.router_url, "/v1/chat/completions", chat_body(pd.model, "x" * 4000, 50, True),
                       lambda: stage_counts(pd.prefill_url) and stage_counts(pd.decode_url),
                       "both workers holding the request")

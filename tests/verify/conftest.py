@@ -73,7 +73,7 @@ def _router(kind: str) -> RouterSpec:
 
 @pytest.fixture(scope="session")
 def router() -> RouterSpec:
-    return _router(os.environ.get("PDFLEET_ROUTER_KIND", "sglang-router"))
+    return _router(os.environ.get("PDFLEET_ROUTER_KIND", "smg"))
 
 
 @pytest.fixture(scope="session")

@@ -21,9 +21,9 @@ def sim_python() -> str:
 
 @pytest.fixture(scope="session")
 def router_spec() -> RouterSpec:
-    spec = RouterSpec.find("sglang-router")
+    spec = RouterSpec.find("smg")
     if spec is None:
-        pytest.skip("sglang-router is not installed in this venv (make setup)")
+        pytest.skip("smg (the router pdfleet deploys) is not installed in this venv (make setup)")
     return spec
 
 

@@ -185,6 +185,25 @@ def test_router_ready(target: Target, expectations: Expectations) -> None:
     assert status == 200, f"{target.name}: router {url} answers {status}, expected 200 (prefill and decode healthy)"
 
 
+@hosts("units")
+def test_gateway_in_its_own_venv(target: Target, node: Host, expectations: Expectations) -> None:
+    """The router host runs the pinned router from its own venv, and the service venv holds no router (smg and
+    sglang-router both install an `smg` script, and the router shares nothing with SGLang)."""
+    if not any(u.kind == "router" for u in target.units):
+        return
+    s = expectations.plan.sglang
+    package, pinned, venv = str(s["router_package"]), str(s["router_version"]), str(s["router_venv"])
+    ask = ("import importlib.metadata as m,sys\nfor d in sys.argv[1:]:\n"
+           " print(d, m.version(d)) if any(x.name == d for x in m.distributions()) else None")
+    found = _run(node, f"{venv}/bin/python -c {shlex.quote(ask)} {package}").stdout.split()
+    assert found[1:2] == [pinned], (
+        f"{target.name}: {venv} has {package} {found[1] if len(found) > 1 else '(none)'}, the pin is {pinned}; "
+        "rerun deploy.yml (the sglang role installs the router there)")
+    routers = _run(node, f"{s['venv']}/bin/python -c {shlex.quote(ask)} smg sglang-router").stdout.strip()
+    assert not routers, (f"{target.name}: the service venv {s['venv']} holds a router ({routers}); the router runs "
+                         f"from {venv}: uninstall it there ({s['venv']}/bin/pip uninstall -y smg sglang-router)")
+
+
 @hosts("workers")
 def test_model_files_present(target: Target, node: Host, expectations: Expectations) -> None:
     path = expectations.plan.model["path"]

@@ -18,13 +18,22 @@ Public API (stable; everything else is internal)::
 """
 
 from pdfleet.fleet.canary import CanaryResult, cross_pairs, pair_canary
-from pdfleet.fleet.gate import GateError, GateResult, TempRouter, gate_settings, isolated_gate, pair_target
+from pdfleet.fleet.gate import (
+    DEFAULT_ROUTER_MODULE,
+    GateError,
+    GateResult,
+    TempRouter,
+    gate_settings,
+    isolated_gate,
+    pair_target,
+)
 from pdfleet.fleet.load import IdleResult, WorkerLoad, read_load, wait_idle
 from pdfleet.fleet.pairs import Member, Pair, pairs_from_plan, pairs_from_plan_dict
 from pdfleet.fleet.router import RouterClient, RouterError, RouterWorker, WorkerSpec
 from pdfleet.fleet.steps import DrainResult, FleetError, ReaddResult, drain, readd, remove_pair, request_counts
 
 __all__ = [
+    "DEFAULT_ROUTER_MODULE",
     "CanaryResult", "DrainResult", "FleetError", "GateError", "GateResult", "IdleResult", "Member", "Pair",
     "ReaddResult", "RouterClient", "RouterError", "RouterWorker", "TempRouter", "WorkerLoad", "WorkerSpec",
     "cross_pairs", "drain", "gate_settings", "isolated_gate", "pair_canary", "pair_target", "pairs_from_plan",

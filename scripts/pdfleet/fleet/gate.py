@@ -30,6 +30,7 @@ from pdfleet.verify.protocol import run_protocol
 from pdfleet.verify.report import Report
 from pdfleet.verify.settings import Settings
 from pdfleet.verify.targets import Target, Worker
+from pdfleet.versions import PINS, ROUTER_MODULES
 
 LOOPBACK = "127.0.0.1"
 
@@ -60,9 +61,15 @@ def _free_ports(n: int) -> list[int]:
         return [int(s.getsockname()[1]) for s in socks]
 
 
-def router_command(pair: Pair, port: int, metrics_port: int, python: str = sys.executable) -> list[str]:
-    """sglang-router 0.3.2 on loopback, knowing only ``pair`` (the production router's flags, our port)."""
-    argv = [python, "-m", "sglang_router.launch_router"]
+# The router the gates start: the pinned package's (the control machine's venv has it; the watchdog passes the
+# gateway venv's Python and the plan's package).
+DEFAULT_ROUTER_MODULE = ROUTER_MODULES[str(PINS["sglang_router_package"])]
+
+
+def router_command(pair: Pair, port: int, metrics_port: int, python: str = sys.executable,
+                   module: str = DEFAULT_ROUTER_MODULE) -> list[str]:
+    """The router (``python -m module``) on loopback, knowing only ``pair`` (our ports, its default policies)."""
+    argv = [python, "-m", module]
     if pair.is_pd:
         argv.append("--pd-disaggregation")
         for m in pair.role("prefill"):
@@ -82,6 +89,7 @@ class TempRouter:
     pair: Pair
     python: str = sys.executable
     startup_timeout_s: float = 60.0
+    module: str = DEFAULT_ROUTER_MODULE
     log: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="pdfleet-gate-router-", suffix=".log")[1]))
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
@@ -91,11 +99,12 @@ class TempRouter:
         return f"http://{LOOPBACK}:{self.port}"
 
     def start(self) -> TempRouter:
-        if importlib.util.find_spec("sglang_router") is None and self.python == sys.executable:
-            raise GateError("sglang_router is not installed in this Python: the gate's temporary router needs it "
+        package = self.module.partition(".")[0]
+        if self.python == sys.executable and importlib.util.find_spec(package) is None:
+            raise GateError(f"{package} is not installed in this Python: the gate's temporary router needs it "
                             "(the project venv has it: make setup)")
         self.port, metrics_port = _free_ports(2)
-        cmd = router_command(self.pair, self.port, metrics_port, self.python)
+        cmd = router_command(self.pair, self.port, metrics_port, self.python, self.module)
         with self.log.open("wb") as fh:
             self.proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
                                          env={**os.environ, "NO_COLOR": "1"})
@@ -137,8 +146,9 @@ class TempRouter:
 
 
 @contextlib.contextmanager
-def temp_router(pair: Pair, python: str = sys.executable, startup_timeout_s: float = 60.0) -> Iterator[TempRouter]:
-    with TempRouter(pair, python, startup_timeout_s) as r:
+def temp_router(pair: Pair, python: str = sys.executable, startup_timeout_s: float = 60.0,
+                module: str = DEFAULT_ROUTER_MODULE) -> Iterator[TempRouter]:
+    with TempRouter(pair, python, startup_timeout_s, module=module) as r:
         yield r
 
 
@@ -173,12 +183,12 @@ class GateResult:
 def isolated_gate(pair: Pair, settings: Settings, logs: LogSource | None, model: str | None = None,
                   sglang_version: str | None = None, tp: dict[str, int] | None = None,
                   router_python: str = sys.executable, out: TextIO = sys.stderr,
-                  extra_router_args: Sequence[str] = ()) -> GateResult:
+                  extra_router_args: Sequence[str] = (), router_module: str = DEFAULT_ROUTER_MODULE) -> GateResult:
     """Run the protocol against ``pair`` through a temporary router; ``ok`` only on a ``pass`` verdict."""
     del extra_router_args  # reserved: the production router's flags do not change what the gate proves
     t0 = time.monotonic()
     try:
-        with temp_router(pair, router_python) as router:
+        with temp_router(pair, router_python, module=router_module) as router:
             target = pair_target(pair, router.url, model, sglang_version, tp)
             report: Report = asyncio.run(run_protocol(target, settings, logs, out=out))
     except GateError as e:

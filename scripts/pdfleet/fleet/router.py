@@ -1,10 +1,13 @@
-"""The router's worker API (sglang-router 0.3.2): list, add and remove workers, keeping each one's spec.
+"""The gateway's worker API (smg 1.13.0; sglang-router 0.3.2 too): list, add and remove workers, keeping each
+one's spec.
 
-0.3.2 serves ``GET /workers`` (id, url, worker_type, bootstrap_port, priority, cost, is_healthy, load),
-``POST /workers`` and ``DELETE /workers/{id}``; both changes are queued jobs answered 202 before they take
-effect, so every change here polls ``GET /workers`` until the listing shows it (operations-facts.md). A
-removal does not wait for requests in flight: drain with ``pdfleet.fleet.load`` afterwards. Re-adding a URL
-that is already listed is answered 202 with the existing id (0.3.2) or 409 (smg >= 1.5): both mean present.
+Both serve ``GET /workers`` (id, url, worker_type, bootstrap_port, priority, cost, is_healthy, load; smg adds each
+worker's ``status``: pending, ready, not_ready, failed or draining, and only a ready one gets traffic),
+``POST /workers`` and ``DELETE /workers/{id}``; both changes are queued jobs answered 202 before they take effect,
+so every change here polls ``GET /workers`` until the listing shows it (operations-facts.md). smg's removal marks
+the worker draining (no new requests) and drops it from the listing about 5 s later; neither waits for requests
+in flight: drain with ``pdfleet.fleet.load`` afterwards. Re-adding a URL that is already listed is answered 409
+(smg) or 202 with the existing id (0.3.2): both mean present.
 """
 
 from __future__ import annotations
@@ -67,12 +70,16 @@ class RouterWorker:
     spec: WorkerSpec
     healthy: bool
     load: int | None
+    # smg's worker state (pending, ready, not_ready, failed, draining); sglang-router 0.3.2 has none: its health
+    status: str = ""
 
     @classmethod
     def from_listing(cls, entry: dict[str, Any]) -> RouterWorker:
         load = entry.get("load")
-        return cls(id=str(entry.get("id", "")), spec=WorkerSpec.from_dict(entry),
-                   healthy=bool(entry.get("is_healthy", False)), load=int(load) if load is not None else None)
+        healthy = bool(entry.get("is_healthy", False))
+        status = str(entry.get("status") or ("ready" if healthy else "unhealthy"))
+        return cls(id=str(entry.get("id", "")), spec=WorkerSpec.from_dict(entry), healthy=healthy,
+                   load=int(load) if load is not None else None, status=status)
 
 
 class RouterClient:
@@ -142,9 +149,14 @@ class RouterClient:
         return present.spec
 
     def swap(self, remove_urls: list[str], add: list[WorkerSpec], wait_s: float = 30.0) -> dict[str, Any]:
-        """Replace workers in as few steps as 0.3.2 allows: every removal is queued at once and confirmed, then
-        every addition. The router lists the old and the new set never together; between the last removal
-        and the first addition it lists neither (``gap_s``, measured; new requests get a fast 503 there)."""
+        """Replace workers so that no request is ever sent to a mix of the two sets: every removal is queued at once
+        and confirmed out of selection, then every addition is made and confirmed ready.
+
+        smg marks a removed worker ``draining`` at once (it takes no new request and finishes those it holds) and
+        drops it from the listing some seconds later, so the additions start as soon as no old worker is
+        selectable; sglang-router 0.3.2 has no such state, so there they wait until the old ones are gone. Between
+        the last old worker leaving selection and the first new one ready the router has no pair (``gap_s``,
+        measured; new requests get a fast 503 there, never a mixed pair). Returns when the old ones are gone too."""
         t0 = time.monotonic()
         present = {w.spec.url: w for w in self.workers()}
         for url in remove_urls:
@@ -153,8 +165,11 @@ class RouterClient:
                 if status not in (200, 202, 204, 404):
                     raise RouterError(f"router {self.url}: DELETE {url} answered {status}: {str(data)[:200]}")
         gone = set(remove_urls)
-        self._wait("removal of " + ", ".join(remove_urls),
-                   lambda: not ({w.spec.url for w in self.workers()} & gone), wait_s)
+
+        def selectable(workers: list[RouterWorker]) -> set[str]:
+            return {w.spec.url for w in workers if w.status not in ("draining", "failed")} & gone
+
+        self._wait("removal of " + ", ".join(remove_urls), lambda: not selectable(self.workers()), wait_s)
         t_removed = time.monotonic()
         for spec in add:
             if self.find(spec.url) is None:
@@ -163,7 +178,9 @@ class RouterClient:
                     raise RouterError(f"router {self.url}: POST {spec.body()} answered {status}: {str(data)[:200]}")
         want = {s.url for s in add}
         self._wait("addition of " + ", ".join(sorted(want)),
-                   lambda: want <= {w.spec.url for w in self.workers()}, wait_s)
+                   lambda: want <= {w.spec.url for w in self.workers() if w.status == "ready"}, wait_s)
         t_added = time.monotonic()
+        self._wait("removal of " + ", ".join(remove_urls),
+                   lambda: not ({w.spec.url for w in self.workers()} & gone), wait_s)
         return {"removed": list(remove_urls), "added": sorted(want), "remove_s": round(t_removed - t0, 3),
-                "gap_s": round(t_added - t_removed, 3), "total_s": round(t_added - t0, 3)}
+                "gap_s": round(t_added - t_removed, 3), "total_s": round(time.monotonic() - t0, 3)}

@@ -4,7 +4,7 @@ Reads one job (JSON) on standard input and writes the result (JSON) on standard 
 
 * every worker command is parsed with the pinned SGLang's own parser (``ServerArgs.add_cli_args`` on an
   ``argparse`` parser, as ``prepare_server_args`` builds it), every router command with the router's own
-  (``RouterArgs.add_cli_args``, as ``sglang_router.launch_router.parse_router_args`` builds it);
+  (``RouterArgs.add_cli_args``, as ``smg.launch_router.parse_router_args`` builds it);
 * each worker that parses is then resolved by SGLang itself (``ServerArgs`` post-init, or
   ``resolve_once`` on versions that resolve lazily) in a forked child with the unit's environment set, the
   model path pointing at a ``config.json`` of the model, and the device reported as the host spec's GPU
@@ -55,9 +55,15 @@ def _server_parser() -> argparse.ArgumentParser:
 
 
 def _router_parser() -> argparse.ArgumentParser:
-    from sglang_router.router_args import RouterArgs
+    """The pinned router package's own parser: smg's, else sglang-router's (whichever the runtime holds)."""
+    try:
+        from smg.router_args import RouterArgs
+        prog = "smg.launch_router"
+    except ImportError:
+        from sglang_router.router_args import RouterArgs  # type: ignore[no-redef]
+        prog = "sglang_router.launch_router"
 
-    parser = _RefusingParser(prog="sglang_router.launch_router")
+    parser = _RefusingParser(prog=prog)
     RouterArgs.add_cli_args(parser, use_router_prefix=False)
     return parser
 
@@ -205,7 +211,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
             try:
                 router = router or _router_parser()
             except ImportError as e:
-                res["refused"] = f"cannot import the router's parser ({e}): is sglang-router in the runtime?"
+                res["refused"] = f"cannot import the router's parser ({e}): is the pinned router in the runtime?"
                 results[unit["id"]] = res
                 continue
             ns, res["refused"], res["notes"] = _parse(router, unit["args"])

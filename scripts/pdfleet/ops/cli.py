@@ -93,10 +93,10 @@ def _leases(args: argparse.Namespace, runner: tasks.Runner) -> Callable[[], Leas
 
 def cmd_status(args: argparse.Namespace) -> int:
     try:
-        urls: set[str] | None = {w.spec.url for w in _router(args.plan, args.source).workers()}
+        states: dict[str, str] | None = {w.spec.url: w.status for w in _router(args.plan, args.source).workers()}
     except fleet.RouterError as e:
         print(f"router: FAIL: {e}", file=sys.stderr)
-        urls = None
+        states = None
     last = tasks.latest_verification(REPO_ROOT / "reports")
     runner = _runner(args.source)
     try:  # reading needs no rights: the records are 0644 in a 0755 directory
@@ -104,7 +104,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     except (LeaseError, RemoteError) as e:
         print(f"leases: unknown: {e}", file=sys.stderr)
         leases = None
-    return _print(tasks.status(args.plan, runner, urls, last, leases), args.json)
+    return _print(tasks.status(args.plan, runner, states, last, leases), args.json)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:

@@ -59,21 +59,34 @@ def units_of(plan: Plan, host: str) -> list[str]:
     return [u.name for u in plan.hosts.get(host, [])]
 
 
-def status(plan: Plan, run: Runner, router_urls: set[str] | None, last_verify: str,
+def gateway_version_command(plan: Plan) -> str:
+    """Prints the router package's installed version from the gateway's own venv (nothing when it is missing)."""
+    python = f"{plan.sglang['router_venv']}/bin/python"
+    code = f"import importlib.metadata as m; print(m.version({str(plan.sglang['router_package'])!r}))"
+    return f"{shlex.quote(python)} -c {shlex.quote(code)} 2>/dev/null || true"
+
+
+def status(plan: Plan, run: Runner, router_states: Mapping[str, str] | None, last_verify: str,
            leases: Mapping[str, Lease] | None = None) -> list[HostLine]:
-    """Per host: units active, SGLang version and patch (the sglang role's record), router membership, the pair's
-    lease (pdfleet.lease; None: unknown), the watchdog's view (on the router host), and the last verification."""
+    """Per host: units active, SGLang version and patch (the sglang role's record), each worker's gateway state
+    (``router_states``: URL -> smg's ready/draining/…; None: the gateway did not answer), the pair's lease
+    (pdfleet.lease; None: unknown), on the router host the gateway's package and installed version and the
+    watchdog's view, and the last verification."""
     venv = plan.sglang["venv"]
     pairs = fleet.pairs_from_plan(plan)
+    gateway = plan.gateway_host()
+    package, pinned = str(plan.sglang["router_package"]), str(plan.sglang["router_version"])
 
     def one(host: str) -> HostLine:
         units = units_of(plan, host)
         cmd = (f"systemctl is-active {' '.join(shlex.quote(u) for u in units)}; echo '--'; "
                f"cat {shlex.quote(venv + '/' + RECORD_NAME)} 2>/dev/null; echo; echo '--'; "
-               "cat /var/lib/pdfleet-watchdog/state.json 2>/dev/null || true")
+               "cat /var/lib/pdfleet-watchdog/state.json 2>/dev/null || true; echo; echo '--'; "
+               + (gateway_version_command(plan) if host == gateway else "true"))
         _, out, _ = run(host, cmd)
         active_txt, _, rest = out.partition("--\n")
-        record_txt, _, wd_txt = rest.partition("--\n")
+        record_txt, _, rest = rest.partition("--\n")
+        wd_txt, _, gw_txt = rest.partition("--\n")
         states = dict(zip(units, active_txt.split(), strict=False))
         problems = [f"{u} {s}" for u, s in states.items() if s != "active"]
         parts = [f"units {len(states) - len(problems)}/{len(units)} active"]
@@ -82,14 +95,23 @@ def status(plan: Plan, run: Runner, router_urls: set[str] | None, last_verify: s
             parts.append(f"sglang {rec.get('version', '?')} patched={rec.get('patched', '?')}")
         except ValueError:
             parts.append("sglang record unreadable")
+        if host == gateway:
+            installed = gw_txt.strip()
+            parts.append(f"gateway {package} {installed or 'not installed'}")
+            if installed != pinned:
+                problems.append(f"gateway {package} {installed or 'missing'}, the plan pins {pinned}")
         if host in pairs:
-            if router_urls is None:
+            if router_states is None:
                 parts.append("router membership unknown (router unreachable)")
             else:
-                inside = [u for u in pairs[host].urls if u in router_urls]
-                parts.append(f"in router {len(inside)}/{len(pairs[host].urls)}")
-                if len(inside) != len(pairs[host].urls):
+                urls = pairs[host].urls
+                inside = [u for u in urls if u in router_states]
+                seen = [router_states.get(u, "absent") for u in urls]
+                parts.append(f"in router {len(inside)}/{len(urls)} ({', '.join(seen)})")
+                if len(inside) != len(urls):
                     problems.append("drained (not every worker is in the router)")
+                elif any(s != "ready" for s in seen):
+                    problems.append(f"not every worker is ready in the gateway ({', '.join(seen)})")
             if leases is None:
                 parts.append("lease unknown")
             elif host in leases:

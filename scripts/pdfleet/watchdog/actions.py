@@ -51,6 +51,7 @@ class FleetActions:
     router_python: str = sys.executable
     startup_timeout_s: float = 900.0
     gate_overrides: dict[str, object] = field(default_factory=dict)
+    router_module: str = fleet.DEFAULT_ROUTER_MODULE
     log: Callable[[str], None] = print
 
     def router_members(self) -> set[str]:
@@ -83,7 +84,7 @@ class FleetActions:
         # the journal is scanned below): the protocol reports that evidence as missing, which is accepted here.
         settings = fleet.gate_settings(skip=GATE_SKIP, allow_incomplete=True, **self.gate_overrides)
         result = fleet.isolated_gate(pair, settings, None, self.model, self.sglang_version,
-                                     router_python=self.router_python)
+                                     router_python=self.router_python, router_module=self.router_module)
         if not result.ok:
             return False, result.describe()
         if self.journal_runner is None:

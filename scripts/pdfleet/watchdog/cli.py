@@ -26,7 +26,7 @@ from pdfleet.inventory_flags import add_vault_arguments, source_from_args
 from pdfleet.lease_client import Leases, LocalLeases, RemoteLeases
 from pdfleet.paths import DEFAULT_INVENTORY
 from pdfleet.table import format_table
-from pdfleet.versions import LEASE_DIR
+from pdfleet.versions import LEASE_DIR, PINS, router_module
 from pdfleet.watchdog.actions import FleetActions, RestartError, local_shell
 from pdfleet.watchdog.journal import JournalWatch, Runner, local_runner
 from pdfleet.watchdog.loop import Config, Watchdog
@@ -47,8 +47,9 @@ def _positive(text: str) -> float:
     return value
 
 
-def _cluster(args: argparse.Namespace) -> tuple[dict[str, fleet.Pair], str, str | None, str, str]:
-    """(pairs, model, SGLang version, router URL, the router's host) from --plan or the inventory."""
+def _cluster(args: argparse.Namespace) -> tuple[dict[str, fleet.Pair], str, str | None, str, str, str]:
+    """(pairs, model, SGLang version, router URL, the router's host, the router's module) from --plan or the
+    inventory."""
     if args.plan is not None:
         try:
             plan: dict[str, Any] = json.loads(args.plan.read_text())
@@ -66,7 +67,13 @@ def _cluster(args: argparse.Namespace) -> tuple[dict[str, fleet.Pair], str, str 
         gateway = p.gateway_host() or ""
     if not pairs or not router_url:
         raise WatchdogUsageError(f"{args.plan or args.inventory}: the plan has no worker pairs or no router")
-    return pairs, str(model.get("served_name") or model.get("name")), sglang.get("version"), str(router_url), gateway
+    package = str(sglang.get("router_package") or PINS["sglang_router_package"])
+    try:
+        module = router_module(package)
+    except ValueError as e:
+        raise WatchdogUsageError(f"{args.plan or args.inventory}: {e}") from None
+    return (pairs, str(model.get("served_name") or model.get("name")), sglang.get("version"), str(router_url), gateway,
+            module)
 
 
 def _ssh_runner(inventory: InventorySource) -> Runner:
@@ -130,7 +137,7 @@ def _leases(args: argparse.Namespace, gateway: str) -> Leases | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    pairs, model, version, router_url, gateway = _cluster(args)
+    pairs, model, version, router_url, gateway, module = _cluster(args)
     journal_runner, journal_hosts, shell = _runners(args)
     # the gateway's key: $PDFLEET_ROUTER_API_KEY (the deployed unit: the router's secrets file), else the inventory's
     from pdfleet.routerkey import find_key
@@ -143,7 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         metrics.serve(args.metrics_port, args.metrics_address)
     actions = FleetActions(router, model, version, shell, journal_runner, args.router_python or sys.executable,
-                           args.startup_timeout)
+                           args.startup_timeout, router_module=module)
     remediator = Remediator(args.remediation, args.max_restarts, actions, leases=_leases(args, gateway))
     config = Config(args.interval, args.canary_deadline, args.failures, args.stall_window, args.state_file)
     dog = Watchdog(pairs, model, config, router, remediator, metrics,
@@ -216,7 +223,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--max-restarts", type=int, default=3, help="restarts per pair per hour, then left out (3)")
     r.add_argument("--startup-timeout", type=_positive, default=900.0,
                    help="s a restarted worker may take to answer /health (900: model load)")
-    r.add_argument("--router-python", default="", help="Python with sglang_router, for the gate's private router")
+    r.add_argument("--router-python", default="", help="the gateway venv's Python, for the gate's private router")
     r.add_argument("--state-file", type=Path, default=DEFAULT_STATE_FILE, help=f"({DEFAULT_STATE_FILE})")
     r.add_argument("--lease-dir", type=Path, default=LEASE_DIR,
                    help=f"the pair leases' directory on the router host ({LEASE_DIR})")

@@ -35,7 +35,9 @@ import sys
 from pdfleet_probe_common import debs_missing, dists_of, pin_key, purelib_of, read_text, record_bad, sha256_of, stat_of
 
 # The entries of "differs", one per task of tasks/apply.yml (vars/main.yml: __sglang_differs).
-DIFFERS = ("debs", "venv", "pypi_stack", "pth", "sim_stack", "sim_router", "wheel")
+DIFFERS = ("debs", "venv", "pypi_stack", "pth", "sim_stack", "wheel", "stray_router")
+# The router packages (the router runs from a venv of its own, never the service venv: tasks/main.yml).
+ROUTER_DISTS = ("sglang-router", "smg")
 # The entries of "patch" (vars/main.yml: __sglang_rehash, __sglang_record_differs, __sglang_patch_differs).
 PATCH = ("conn_missing", "conn", "record")
 # Where the sim mode's .pth file goes in the venv's site-packages.
@@ -116,12 +118,13 @@ def differs(cfg: dict, found: dict) -> dict[str, bool]:
     """Which entries differ on the host (DIFFERS), from the settings' "want" and what the probe found:
     debs        a prerequisite .deb is not installed
     venv        sim mode, and there is no venv (no site-packages with a bin/python)
-    pypi_stack  pypi mode, and a pin of want.pypi (SGLang, the router) is not installed
+    pypi_stack  pypi mode, and a pin of want.pypi (SGLang) is not installed
     pth         sim mode, and <site-packages>/pdfleet-runtime.pth is not want.pth (content, mode, owner, group)
     sim_stack   sim mode, and a pin of want.sim is not installed (sim_missing)
-    sim_router  sim mode, and the router pin want.router is not installed
     wheel       sim mode, and a sim wheel is not installed or a file of it is off its RECORD, or the marker file
                 (want.wheel_marker: path and state) is not the wanted one
+    stray_router  a router package (ROUTER_DISTS) is installed in the service venv (where the bundle installed it
+                before the router had a venv of its own)
     Pins compare as dists_of names the installed distributions (pin_key)."""
     want = cfg["want"]
     sim, pypi = want["install_mode"] == "sim", want["install_mode"] == "pypi"
@@ -133,8 +136,8 @@ def differs(cfg: dict, found: dict) -> dict[str, bool]:
             "pypi_stack": pypi and any(pin_key(pin) not in dists for pin in want["pypi"]),
             "pth": sim and files.get(f"{purelib}/{PTH}") != _state(want["pth"]),
             "sim_stack": sim and len(sim_missing(cfg, found)) > 0,
-            "sim_router": sim and pin_key(want["router"]) not in dists,
-            "wheel": sim and wheel_stale}
+            "wheel": sim and wheel_stale,
+            "stray_router": any(d.partition("==")[0] in ROUTER_DISTS for d in found["dists"])}
 
 
 def patch_differs(cfg: dict, found: dict) -> dict[str, bool]:
@@ -172,6 +175,7 @@ def main() -> None:
     out["python"] = _python(cfg, out["purelib"])
     if "want" in cfg:  # without a wanted state (the entry point `python`) there is no verdict, never a silent one
         out["sim_missing"] = sim_missing(cfg, out)
+        out["router_dists"] = [d.partition("==")[0] for d in out["dists"] if d.partition("==")[0] in ROUTER_DISTS]
         out["differs"] = differs(cfg, out)
         out["patch"] = patch_differs(cfg, out)
     print(json.dumps(out))

@@ -106,10 +106,14 @@ class RouterSpec:
     kind: str
     executable: Path  # the smg script, or the python that has sglang_router
 
+    def head(self) -> list[str]:
+        """The command line up to the router's own arguments."""
+        return [str(self.executable), "launch"] if self.kind == "smg" else \
+            [str(self.executable), "-m", "sglang_router.launch_router"]
+
     def command(self, prefill_url: str, bootstrap_port: int, decode_url: str, port: int,
                 extra: Sequence[str] = ()) -> list[str]:
-        head = [str(self.executable), "launch"] if self.kind == "smg" else \
-            [str(self.executable), "-m", "sglang_router.launch_router"]
+        head = self.head()
         # Both routers also bind a Prometheus exporter (default 29000): give each its own loopback port, or two
         # test stacks on one machine collide and the second router panics at startup.
         return [*head, "--pd-disaggregation", "--prefill", prefill_url, str(bootstrap_port),
