@@ -76,6 +76,9 @@ class RouterSpec:
     retry_max_attempts: int = 1
     cb_failure_threshold: int = 10
     cb_timeout_duration_secs: int = 60
+    # How often smg checks a worker it is registering (at its start: the workers of the command line) until it
+    # answers: smg's default 30 s kept the gateway unready for up to 30 s after a restart beside its workers.
+    worker_startup_check_interval_secs: int = 3
     # On SIGTERM smg stops taking requests and lets those in flight finish for this long; the unit's stop timeout
     # is this plus 15 s.
     shutdown_grace_s: int = 120
@@ -224,6 +227,7 @@ BOUNDS: dict[tuple[type, str], tuple[float, float]] = {
     (RouterSpec, "retry_max_attempts"): (1, 100),
     (RouterSpec, "cb_failure_threshold"): (1, 1_000_000),
     (RouterSpec, "cb_timeout_duration_secs"): (1, 86400),
+    (RouterSpec, "worker_startup_check_interval_secs"): (1, 3600),
     (RouterSpec, "shutdown_grace_s"): (0, 86400),
     (CudaSpec, "driver_branch"): (1, 10_000),
     (NixlSpec, "bootstrap_timeout_s"): (1, 86400),

@@ -650,6 +650,7 @@ def _router_unit(c: ClusterSpec, address: str, workers: list[Unit]) -> Unit:
                  "--cb-failure-threshold", str(r.cb_failure_threshold),
                  "--cb-timeout-duration-secs", str(r.cb_timeout_duration_secs),
                  "--shutdown-grace-period-secs", str(r.shutdown_grace_s),
+                 "--worker-startup-check-interval", str(r.worker_startup_check_interval_secs),
                  "--log-level", "info"]
     argv += r.extra_args
     return Unit(

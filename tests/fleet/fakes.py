@@ -66,9 +66,13 @@ class FakeWorker:
 
 @dataclass
 class FakeRouter:
-    """sglang-router 0.3.2's /workers API, with the asynchronous jobs: a change shows after ``lag`` GETs."""
+    """The gateway's /workers API with its asynchronous jobs: a change shows after ``lag`` GETs. ``smg``: each
+    worker has smg's ``status``; a removal marks it ``draining`` (after ``lag`` GETs) and drops it ``settle``
+    GETs later (smg's drain settle); without it, sglang-router 0.3.2's (no status, a removal drops it)."""
 
     lag: int = 2
+    smg: bool = False
+    settle: int = 6
     workers: list[dict[str, Any]] = field(default_factory=list)
     pending: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
@@ -87,6 +91,9 @@ class FakeRouter:
                 still.append((left - 1, op, entry))
             elif op == "add":
                 self.workers.append(entry)
+            elif op == "drain":
+                entry["status"] = "draining"
+                still.append((self.settle, "remove", entry))
             else:
                 self.workers = [w for w in self.workers if w["id"] != entry["id"]]
         self.pending = still
@@ -123,8 +130,21 @@ class FakeRouter:
                     return
                 entry = {"id": str(uuid.uuid4()), "priority": 50, "cost": 1.0, "is_healthy": True, "load": 0,
                          "worker_type": body.get("worker_type", "regular"), **body}
+                if fake.smg:
+                    entry["status"] = "ready"
                 fake.pending.append((fake.lag, "add", entry))
                 self._send(202, {"status": "accepted", "worker_id": entry["id"]})
+
+            def do_PATCH(self) -> None:  # smg: labels merged, the pairing re-derived at once
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                fake.calls.append(f"PATCH {self.path} {json.dumps(body, sort_keys=True)}")
+                wid = self.path.rsplit("/", 1)[1]
+                entry = next((w for w in fake.workers if w["id"] == wid), None)
+                if entry is None or not fake.smg:
+                    self._send(404 if entry is None else 405, {"error": "no"})
+                    return
+                entry["labels"] = {**entry.get("labels", {}), **body.get("labels", {})}
+                self._send(200, {"status": "ok"})
 
             def do_DELETE(self) -> None:
                 wid = self.path.rsplit("/", 1)[1]
@@ -133,7 +153,7 @@ class FakeRouter:
                 if entry is None:
                     self._send(404, {"error": "not found"})
                     return
-                fake.pending.append((fake.lag, "remove", entry))
+                fake.pending.append((fake.lag, "drain" if fake.smg else "remove", entry))
                 self._send(202, {"status": "accepted"})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -3,6 +3,7 @@ drain, re-add with a confirmed request counter, the pair canary's request shape.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -214,6 +215,86 @@ def test_swap_removes_the_old_half_before_adding_the_new(router: FakeRouter) -> 
     changes = [c.split()[0] for c in router.calls if not c.startswith("GET")]
     assert changes == ["DELETE", "DELETE", "POST", "POST"]  # never both halves listed
     assert {w.spec for w in client.workers()} == set(new) and res["gap_s"] >= 0 and res["added"]
+
+
+def test_swap_on_smg_adds_the_new_half_once_the_old_is_draining(router: FakeRouter) -> None:
+    """smg's draining state takes a worker out of selection at once: the additions need not wait for the listing
+    to drop it (its drain settle), and no listing ever has both halves selectable; the swap returns once the old
+    half is gone."""
+    router.smg = True
+    client = fleet.RouterClient(router.url, poll_interval_s=0.01)
+    old = [fleet.WorkerSpec("http://10.0.0.3:30000", "prefill", 8998),
+           fleet.WorkerSpec("http://10.0.0.3:30001", "decode")]
+    new = [fleet.WorkerSpec("http://10.0.0.1:30000", "prefill", 8998),
+           fleet.WorkerSpec("http://10.0.0.1:30001", "decode")]
+    for s in old:
+        client.add(s, wait_s=5)
+    seen: list[dict[str, str]] = []
+    real = client.workers
+
+    def watched() -> list[fleet.RouterWorker]:
+        out = real()
+        seen.append({w.spec.url: w.status for w in out})
+        return out
+
+    client.workers = watched  # type: ignore[method-assign]
+    res = client.swap([s.url for s in old], new, wait_s=5)
+    olds, news = {s.url for s in old}, {s.url for s in new}
+    assert any(news & set(snap) and olds & set(snap) for snap in seen), "the additions waited for the old to go"
+    for snap in seen:
+        selectable = {u for u, st in snap.items() if st == "ready"}
+        assert not (selectable & olds and selectable & news), snap
+    assert {w.spec.url for w in real()} == news and res["gap_s"] >= 0
+
+
+def test_swap_with_cohorts_on_smg_labels_both_sets_and_removes_the_old_only_once_the_new_serves(
+    router: FakeRouter,
+) -> None:
+    """The cohort swap: the old set is labelled with its pairing protocol before anything is added, the new set is
+    added with its own and confirmed ready, and only then is the old set removed: some set always serves, and
+    every worker selectable next to another set carries its own protocol (smg pairs only equal ones)."""
+    router.smg = True
+    client = fleet.RouterClient(router.url, poll_interval_s=0.01)
+    old = [fleet.WorkerSpec("http://10.0.0.3:30000", "prefill", 8998),
+           fleet.WorkerSpec("http://10.0.0.3:30001", "decode")]
+    new = [fleet.WorkerSpec("http://10.0.0.1:30000", "prefill", 8998),
+           fleet.WorkerSpec("http://10.0.0.1:30001", "decode")]
+    for s in old:
+        client.add(s, wait_s=5)
+    router.calls.clear()
+    seen: list[list[fleet.RouterWorker]] = []
+    real = client.workers
+
+    def watched() -> list[fleet.RouterWorker]:
+        out = real()
+        seen.append(out)
+        return out
+
+    client.workers = watched  # type: ignore[method-assign]
+    cohorts = (fleet.cohort_label("0.5.15.post1"), fleet.cohort_label("0.5.23"))
+    res = client.swap([s.url for s in old], new, wait_s=5, cohorts=cohorts)
+    changes = [c.split()[0] for c in router.calls if not c.startswith("GET")]
+    assert changes == ["PATCH", "PATCH", "POST", "POST", "DELETE", "DELETE"], changes
+    posted = [json.loads(c.split(" ", 2)[2]) for c in router.calls if c.startswith("POST")]
+    assert all(b["labels"] == {"pairing_protocol": "sglang-0.5.23"} for b in posted), posted
+    for snap in seen:
+        ready = [w for w in snap if w.status == "ready"]
+        assert ready, "a listing with nobody to serve"
+        if len({w.spec.pairing for w in ready}) > 1:  # two cohorts selectable: every one labelled
+            assert all(w.spec.pairing in cohorts for w in ready), snap
+    assert {w.spec.url for w in real()} == {s.url for s in new}
+    assert res["gap_s"] == 0.0 and res["cohorts"] == list(cohorts)
+
+
+def test_swap_with_cohorts_on_sglang_router_is_the_swap_with_a_gap(router: FakeRouter) -> None:
+    """sglang-router 0.3.2 lists no states and has no labels: the cohorts are ignored, old out before new in."""
+    client = fleet.RouterClient(router.url, poll_interval_s=0.01)
+    client.add(fleet.WorkerSpec("http://10.0.0.3:30001", "decode"), wait_s=5)
+    router.calls.clear()
+    res = client.swap(["http://10.0.0.3:30001"], [fleet.WorkerSpec("http://10.0.0.1:30001", "decode")], wait_s=5,
+                      cohorts=("a", "b"))
+    assert [c.split()[0] for c in router.calls if not c.startswith("GET")] == ["DELETE", "POST"]
+    assert "cohorts" not in res
 
 
 def test_cross_pairs_pair_each_prefill_with_the_other_hosts_decodes() -> None:

@@ -10,6 +10,7 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pdfleet.paths import REPO_ROOT
@@ -24,6 +25,7 @@ class Run:
     stdout: str
     seconds: float
     report: dict[str, Any] | None
+    path: Path | None = None  # the JSON report (its page beside it: same stem, .html)
 
     def recap(self) -> dict[str, dict[str, int]]:
         out = {}
@@ -44,7 +46,7 @@ def rollout(c: ScratchCluster, *extra: str, timeout: float = 3600) -> Run:
                           env=env, capture_output=True, text=True, timeout=timeout, check=False)
     found = sorted(reports.glob("rollout-*/rollout.json"))
     report = json.loads(found[-1].read_text()) if found else None
-    return Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - t0, report)
+    return Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - t0, report, found[-1] if found else None)
 
 
 def get_json(url: str, timeout: float = 5) -> Any:
@@ -94,3 +96,75 @@ class ListingWatch:
 
     def mixed(self) -> list[dict[str, Any]]:
         return [s for s in self.snapshots if len(set(s["versions"].values())) > 1]
+
+
+@dataclass
+class PairingWatch:
+    """Samples, the whole time, each decode's requests per prefill (the simulated decode's ``prefill_peers``, by
+    bootstrap address) and every worker's SGLang version: a request that a decode of one version took from a
+    prefill of another is a mixed pairing (``mixed``). Counts are compared between two samples in which both
+    workers kept their versions; a restarted worker (its counts start again) only resets its baseline, and a worker
+    that does not answer (stopped for its upgrade) is skipped."""
+
+    pairs: dict[str, Any]  # host -> pdfleet.fleet.Pair (the plan's)
+    interval_s: float = 0.25
+    samples: int = 0
+    paired: dict[str, int] = field(default_factory=dict)  # "prefill-version > decode-version" -> requests
+    mixed: list[dict[str, Any]] = field(default_factory=list)
+    _last: dict[str, tuple[str, dict[str, int]]] = field(default_factory=dict)  # decode URL -> (version, peers)
+    _versions: dict[str, str] = field(default_factory=dict)  # worker URL -> version at the last sample
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def _addresses(self) -> dict[str, str]:
+        """Bootstrap address (host:port, as the gateway hands it to the decode) -> the prefill's URL."""
+        from urllib.parse import urlsplit
+
+        return {f"{urlsplit(m.url).hostname}:{m.bootstrap_port}": m.url
+                for p in self.pairs.values() for m in p.members if m.role == "prefill"}
+
+    def _sample(self, prefills: dict[str, str]) -> None:
+        versions: dict[str, str] = {}
+        states: dict[str, dict[str, Any]] = {}
+        for p in self.pairs.values():
+            for m in p.members:
+                try:
+                    states[m.url] = get_json(m.url + "/pdfleet/sim", 2)
+                    versions[m.url] = str(states[m.url]["sglang_version"])
+                except (OSError, ValueError, KeyError):
+                    continue
+        self.samples += 1
+        for url, st in states.items():
+            if st.get("mode") != "decode":
+                continue
+            version, peers = versions[url], {str(k): int(v) for k, v in (st.get("prefill_peers") or {}).items()}
+            last = self._last.get(url)
+            self._last[url] = (version, peers)
+            if last is None or last[0] != version:
+                continue
+            for addr, n in peers.items():
+                grew = n - last[1].get(addr, 0)
+                prefill = prefills.get(addr, "")
+                pv, before = versions.get(prefill), self._versions.get(prefill)
+                if grew <= 0 or pv is None or pv != before:
+                    continue
+                key = f"{pv} > {version}"
+                self.paired[key] = self.paired.get(key, 0) + grew
+                if pv != version:
+                    self.mixed.append({"t": time.time(), "decode": url, "decode_version": version,
+                                       "prefill": prefill, "prefill_version": pv, "requests": grew})
+        self._versions = versions
+
+    def _poll(self) -> None:
+        prefills = self._addresses()
+        while not self._stop.is_set():
+            self._sample(prefills)
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> PairingWatch:
+        self._t = threading.Thread(target=self._poll, daemon=True)
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join(10)

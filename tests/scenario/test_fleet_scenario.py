@@ -28,6 +28,10 @@ e. an instance renamed (node3's decode2 -> decodeX, same GPUs and port; decodeX 
    verification play passes.
 f. `pdfleet ops restart node2` as the fleet's unprivileged operator (sudo) under client load: new unit processes,
    the pair back in the router, 0 failed requests.
+g. a version swap (0.5.15.post1 -> 0.5.23, then back) under client load: the gateway (smg) serves both cohorts for
+   a moment, each under its own pairing protocol, and drains the old one: 0 failed and 0 refused (503) requests,
+   and a watcher of every decode's requests per prefill never sees a prefill of one version paired with a decode
+   of the other.
 
 The fleet is production-shaped: reached as the unprivileged pdfleet-admin with become, host keys checked, workers at
 info, the firewall on, and the gateway key from a Vault-encrypted group_vars file (made with `pdfleet keygen |
@@ -57,7 +61,7 @@ from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from pdfleet.verify.signatures import THREAD_DEATH
 from pdfleet_sim.testing.realwedge import foreign_frame, rank_sockets
-from rollout.helpers import ListingWatch, Run, get_json, rollout
+from rollout.helpers import ListingWatch, PairingWatch, Run, get_json, rollout
 from sim_faults.conftest import START_BUDGET_S, Timing
 from sim_faults.test_faults import PREFILL, kill9, main_pid, worker_bound
 from sim_fleet.watch import ROUTER_HOST, deployed_status, firing, first, since
@@ -310,6 +314,12 @@ def test_a_patch_rollout_under_load(fleet: Fleet) -> None:
     # the long requests in flight when their pair left the router finish only because the drain waits for them
     assert long_s["failed"] == 0 and long_s["cut"] == 0 and long_s["ok"] > 0, long_s
     assert run.rc == 0 and run.report, run.stdout[-6000:]
+    # the report's page beside it, named by the run's output (its client load handed to it afterwards)
+    assert run.path is not None and run.path.with_suffix(".html").is_file(), run.path
+    assert f"page: {run.path.with_suffix('.html')}" in flat(run.stdout), run.stdout[-3000:]
+    page = pdfleet("rollout", "page", str(run.path), "--client-load", str(c.reports_dir / "load-a.json"))
+    html = run.path.with_suffix(".html").read_text()
+    assert page.returncode == 0 and 'data-missing="client"' not in html and "client-outcomes" in html, page.stderr
     assert [h for h in r["order"] if h in fleet.pairs] == ["node2", "node3"], r["order"]  # node1 since b
     # each drain found requests in flight on its pair and waited for them (so the load above tested the wait)
     assert all(drains[h].get("busy_at_start") for h in ("node2", "node3")), drains
@@ -447,3 +457,36 @@ def test_f_ops_restart_as_the_unprivileged_operator_under_load(fleet: Fleet) -> 
     assert s["failed"] == 0 and s["cut"] == 0 and s["ok"] > 0, s
     assert listed(c) == ids
     assert_serving(c, "after f")
+
+
+def _version_swap(fleet: Fleet, step: str, version: str, patch: str) -> None:
+    c = fleet.cluster
+    c.set_model("sglang", version=version, patch=patch, apply_patch=True)
+    plan = pdfleet("rollout", "plan", "-i", str(c.inventory), *c.vault_args)
+    assert "split-swap" in plan.stdout, plan.stdout[-3000:]
+    with PairingWatch(fleet.pairs) as watch, Load(c.router_url, c.model) as load:
+        run = rollout(c, *NO_BENCH)
+    s = load.summary()
+    load.dump(c.reports_dir / f"load-{step}.json")
+    swap = (run.report or {}).get("swap") or {}
+    fleet.step(step, load=s, **run_figures(run), swap=swap, pairing={"samples": watch.samples, "paired": watch.paired,
+                                                                      "mixed": watch.mixed[:5]})
+    say(f"{step}: swap to {version}: rollout rc {run.rc} in {run.seconds:.0f} s; load {s}; swap {swap}; pairing "
+        f"{watch.paired} in {watch.samples} samples, mixed {len(watch.mixed)}")
+    assert run.rc == 0 and run.report, run.stdout[-6000:]
+    assert s["failed"] == 0 and s["cut"] == 0 and s["ok"] > 0, s  # no 503 either: a refusal is a failure
+    assert watch.samples > 0 and not watch.mixed, watch.mixed[:5]
+    assert any(k == f"{version} > {version}" for k in watch.paired), watch.paired  # the new cohort served
+    assert swap.get("gap_s") == 0.0 and swap.get("cohorts"), swap
+    after = rollout_status(c)
+    assert all(h["at_target"] and h["serving"] is not False for h in after.values()), after
+
+
+def test_g_version_swap_and_back_under_load_never_pairs_two_versions(fleet: Fleet) -> None:
+    elapsed = timed(fleet, "g: a version swap and back under client load")
+    assert_serving(fleet.cluster, "before g")
+    _version_swap(fleet, "g-up", "0.5.23", "nixl-guard-v2")
+    assert_serving(fleet.cluster, "after the swap to 0.5.23")
+    _version_swap(fleet, "g-back", "0.5.15.post1", "nixl-abort-v2")
+    assert_serving(fleet.cluster, "after g")
+    fleet.step("g", seconds=elapsed())

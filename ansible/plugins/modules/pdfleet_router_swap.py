@@ -8,10 +8,13 @@ module: pdfleet_router_swap
 short_description: Swap router membership from the old half of a fleet to the new half
 author: pdfleet (!UNKNOWN)
 description:
-  - Removes every worker of O(remove) (all queued at once, confirmed), then adds every worker of O(add)
-    (C(pdfleet.fleet.RouterClient.swap)). The router never lists workers of both halves, so it can never
-    pair a prefill and a decode of two SGLang versions; between the two it lists none (returned as
-    C(gap_s); new requests there get a fast 503). Then confirms that the router routes to the new half.
+  - With O(cohorts) on smg (C(pdfleet.fleet.RouterClient.swap_cohorts)) every listed worker gets the old
+    cohort's pairing protocol, the new half is added with the new cohort's and confirmed ready, then the old
+    half is removed (draining). smg pairs a prefill only with a decode of the same protocol, so some pairs
+    always serve and none mixes two SGLang versions (C(gap_s) 0).
+  - Otherwise (sglang-router 0.3.2) removes every worker of O(remove) (all queued at once, confirmed), then adds
+    every worker of O(add): the router never lists both halves; between the two it lists none (C(gap_s); new
+    requests there get a fast 503). Either way it then confirms that the router routes to the new half.
   - Idempotent (nothing to remove and everything present = changed=false); check mode reports only.
 options:
   router_url: {description: "The router's base URL.", type: str, required: true}
@@ -19,6 +22,10 @@ options:
   remove: {description: "Pairs to take out (host, members).", type: list, elements: dict, required: true}
   add: {description: "Pairs to put in.", type: list, elements: dict, required: true}
   model: {description: "Model name for the routing probes.", type: str, default: default}
+  cohorts:
+    description: "The old and the new half's SGLang versions (their pairing protocols on smg)."
+    type: list
+    elements: str
   confirm_timeout: {description: "Seconds to confirm routing to each added pair.", type: float, default: 60}
 """
 
@@ -55,6 +62,7 @@ def main() -> None:
         "add": {"type": "list", "elements": "dict", "required": True},
         "model": {"type": "str", "default": "default"},
         "confirm_timeout": {"type": "float", "default": 60.0},
+        "cohorts": {"type": "list", "elements": "str"},
     }, IMPORTS)
     p = module.params
     started = time.time()
@@ -69,7 +77,11 @@ def main() -> None:
             module.exit_json(changed=False, started=started, finished=time.time())
         if module.check_mode:
             module.exit_json(changed=True, would_remove=remove_urls, would_add=[s.url for s in add_specs])
-        swap = router.swap(remove_urls, add_specs)
+        cohorts = p["cohorts"]
+        if cohorts is not None and len(cohorts) != 2:
+            module.fail_json(msg=f"swap: cohorts is {cohorts}; give the old and the new SGLang version")
+        labels = (fleet.cohort_label(cohorts[0]), fleet.cohort_label(cohorts[1])) if cohorts else None
+        swap = router.swap(remove_urls, add_specs, cohorts=labels)
         confirmed = [fleet.readd(router, pr, None, p["model"], p["confirm_timeout"]) for pr in new]
     except fleet.RouterError as e:
         module.fail_json(msg=f"swap: {e}")

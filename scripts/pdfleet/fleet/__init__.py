@@ -29,13 +29,14 @@ from pdfleet.fleet.gate import (
 )
 from pdfleet.fleet.load import IdleResult, WorkerLoad, read_load, wait_idle
 from pdfleet.fleet.pairs import Member, Pair, pairs_from_plan, pairs_from_plan_dict
-from pdfleet.fleet.router import RouterClient, RouterError, RouterWorker, WorkerSpec
+from pdfleet.fleet.router import RouterClient, RouterError, RouterWorker, WorkerSpec, cohort_label
 from pdfleet.fleet.steps import DrainResult, FleetError, ReaddResult, drain, readd, remove_pair, request_counts
 
 __all__ = [
     "DEFAULT_ROUTER_MODULE",
     "CanaryResult", "DrainResult", "FleetError", "GateError", "GateResult", "IdleResult", "Member", "Pair",
     "ReaddResult", "RouterClient", "RouterError", "RouterWorker", "TempRouter", "WorkerLoad", "WorkerSpec",
-    "cross_pairs", "drain", "gate_settings", "isolated_gate", "pair_canary", "pair_target", "pairs_from_plan",
+    "cohort_label", "cross_pairs", "drain",
+    "gate_settings", "isolated_gate", "pair_canary", "pair_target", "pairs_from_plan",
     "pairs_from_plan_dict", "read_load", "readd", "remove_pair", "request_counts", "wait_idle",
 ]

@@ -13,14 +13,23 @@ in flight: drain with ``pdfleet.fleet.load`` afterwards. Re-adding a URL that is
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pdfleet.errors import PdfleetError
 from pdfleet.fleet.http import HTTPError, call
 
+# smg's worker label that names a worker's pairing protocol (smg 1.13.0, PdPairing::derive): when a prefill and a
+# decode both carry one, smg pairs them only if they are equal (a request with no such pair gets 503
+# no_compatible_pd_pair). The swap labels each SGLang version's cohort with its own (cohort_label).
+PAIRING_LABEL = "pairing_protocol"
 DEFAULT_PRIORITY = 50  # 0.3.2's default; only a different value is sent back when re-adding
 DEFAULT_COST = 1.0
+
+
+def cohort_label(sglang_version: str) -> str:
+    """The pairing protocol of the workers of one SGLang version (their KV transfer must never meet another's)."""
+    return f"sglang-{sglang_version}"
 
 
 class RouterError(PdfleetError):
@@ -36,10 +45,15 @@ class WorkerSpec:
     bootstrap_port: int | None = None
     priority: int = DEFAULT_PRIORITY
     cost: float = DEFAULT_COST
+    # smg's pairing protocol (label ``pairing_protocol``): a prefill and a decode that both carry one are paired only
+    # when they are equal (PAIRING_LABEL); "" carries none (pairs with anything).
+    pairing: str = ""
 
     def body(self) -> dict[str, Any]:
         """The ``POST /workers`` body."""
         out: dict[str, Any] = {"url": self.url}
+        if self.pairing:
+            out["labels"] = {PAIRING_LABEL: self.pairing}
         if self.worker_type in ("prefill", "decode"):
             out["worker_type"] = self.worker_type
         if self.bootstrap_port is not None:
@@ -51,15 +65,19 @@ class WorkerSpec:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"url": self.url, "worker_type": self.worker_type, "bootstrap_port": self.bootstrap_port,
-                "priority": self.priority, "cost": self.cost}
+        out = {"url": self.url, "worker_type": self.worker_type, "bootstrap_port": self.bootstrap_port,
+               "priority": self.priority, "cost": self.cost}
+        return {**out, "pairing": self.pairing} if self.pairing else out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> WorkerSpec:
+        """From a spec's own dict or a ``GET /workers`` entry (whose labels carry the pairing protocol)."""
         bp = d.get("bootstrap_port")
+        labels = d.get("labels") if isinstance(d.get("labels"), dict) else {}
         return cls(url=str(d["url"]).rstrip("/"), worker_type=str(d.get("worker_type") or "regular"),
                    bootstrap_port=int(bp) if bp is not None else None,
-                   priority=int(d.get("priority", DEFAULT_PRIORITY)), cost=float(d.get("cost", DEFAULT_COST)))
+                   priority=int(d.get("priority", DEFAULT_PRIORITY)), cost=float(d.get("cost", DEFAULT_COST)),
+                   pairing=str(d.get("pairing") or labels.get(PAIRING_LABEL) or ""))
 
 
 @dataclass(frozen=True)
@@ -72,6 +90,7 @@ class RouterWorker:
     load: int | None
     # smg's worker state (pending, ready, not_ready, failed, draining); sglang-router 0.3.2 has none: its health
     status: str = ""
+    stateful: bool = False  # the listing gave a status (smg)
 
     @classmethod
     def from_listing(cls, entry: dict[str, Any]) -> RouterWorker:
@@ -79,7 +98,7 @@ class RouterWorker:
         healthy = bool(entry.get("is_healthy", False))
         status = str(entry.get("status") or ("ready" if healthy else "unhealthy"))
         return cls(id=str(entry.get("id", "")), spec=WorkerSpec.from_dict(entry), healthy=healthy,
-                   load=int(load) if load is not None else None, status=status)
+                   load=int(load) if load is not None else None, status=status, stateful="status" in entry)
 
 
 class RouterClient:
@@ -148,7 +167,21 @@ class RouterClient:
         self._wait(f"removal of {url}", lambda: self.find(url) is None, wait_s)
         return present.spec
 
-    def swap(self, remove_urls: list[str], add: list[WorkerSpec], wait_s: float = 30.0) -> dict[str, Any]:
+    def label(self, worker: RouterWorker, pairing: str) -> None:
+        """Set ``worker``'s pairing protocol (smg's ``PATCH /workers/{id}``, which merges labels and re-derives the
+        pairing at once)."""
+        status, data = self._call("PATCH", f"/workers/{worker.id}", {"labels": {PAIRING_LABEL: pairing}})
+        if status not in (200, 202, 204):
+            raise RouterError(f"router {self.url}: PATCH /workers/{worker.id} ({worker.spec.url}) labels answered "
+                              f"{status}: {str(data)[:200]}")
+
+    @staticmethod
+    def has_states(workers: list[RouterWorker]) -> bool:
+        """The listing has worker states (smg): the gateway has draining, labels and pairing protocols."""
+        return any(w.stateful for w in workers)
+
+    def swap(self, remove_urls: list[str], add: list[WorkerSpec], wait_s: float = 30.0,
+             cohorts: tuple[str, str] | None = None) -> dict[str, Any]:
         """Replace workers so that no request is ever sent to a mix of the two sets: every removal is queued at once
         and confirmed out of selection, then every addition is made and confirmed ready.
 
@@ -156,7 +189,11 @@ class RouterClient:
         drops it from the listing some seconds later, so the additions start as soon as no old worker is
         selectable; sglang-router 0.3.2 has no such state, so there they wait until the old ones are gone. Between
         the last old worker leaving selection and the first new one ready the router has no pair (``gap_s``,
-        measured; new requests get a fast 503 there, never a mixed pair). Returns when the old ones are gone too."""
+        measured; new requests get a fast 503 there, never a mixed pair). Returns when the old ones are gone too.
+
+        ``cohorts`` (old, new: pairing protocols, ``cohort_label``) on smg: no gap at all (``swap_cohorts``)."""
+        if cohorts is not None and self.has_states(self.workers()):
+            return self.swap_cohorts(remove_urls, add, cohorts, wait_s)
         t0 = time.monotonic()
         present = {w.spec.url: w for w in self.workers()}
         for url in remove_urls:
@@ -184,3 +221,46 @@ class RouterClient:
                    lambda: not ({w.spec.url for w in self.workers()} & gone), wait_s)
         return {"removed": list(remove_urls), "added": sorted(want), "remove_s": round(t_removed - t0, 3),
                 "gap_s": round(t_added - t_removed, 3), "total_s": round(time.monotonic() - t0, 3)}
+
+    def swap_cohorts(self, remove_urls: list[str], add: list[WorkerSpec], cohorts: tuple[str, str],
+                     wait_s: float = 30.0) -> dict[str, Any]:
+        """The swap on smg with both sets serving for a moment and never paired with each other: every listed
+        worker gets the old cohort's pairing protocol (confirmed in the listing before anything is added: a worker
+        without one would pair with either cohort), the new set is added with the new cohort's and confirmed ready,
+        and only then is the old set removed (draining: it finishes what it holds). smg pairs a prefill only with a
+        decode of its own protocol, so there is always a pair to serve and never a mixed one (``gap_s`` 0;
+        ``overlap_s``: both cohorts selectable)."""
+        old, new = cohorts
+        t0 = time.monotonic()
+        adding = {spec.url for spec in add}
+        for w in self.workers():
+            if w.spec.url not in adding and w.spec.pairing != old:
+                self.label(w, old)
+        self._wait(f"pairing protocol {old} on every listed worker",
+                   lambda: all(w.spec.pairing == old for w in self.workers() if w.spec.url not in adding), wait_s)
+        t_labelled = time.monotonic()
+        for spec in add:
+            if self.find(spec.url) is None:
+                body = replace(spec, pairing=new).body()
+                status, data = self._call("POST", "/workers", body)
+                if status not in (200, 201, 202, 409):
+                    raise RouterError(f"router {self.url}: POST {body} answered {status}: {str(data)[:200]}")
+        self._wait("addition of " + ", ".join(sorted(adding)) + f" as {new}",
+                   lambda: adding <= {w.spec.url for w in self.workers() if w.status == "ready"
+                                      and w.spec.pairing == new}, wait_s)
+        t_added = time.monotonic()
+        present = {w.spec.url: w for w in self.workers()}
+        for url in remove_urls:
+            if url in present:
+                status, data = self._call("DELETE", f"/workers/{present[url].id}")
+                if status not in (200, 202, 204, 404):
+                    raise RouterError(f"router {self.url}: DELETE {url} answered {status}: {str(data)[:200]}")
+        gone = set(remove_urls)
+        self._wait("removal of " + ", ".join(remove_urls) + " from selection",
+                   lambda: not {w.spec.url for w in self.workers() if w.status == "ready"} & gone, wait_s)
+        t_out = time.monotonic()
+        self._wait("removal of " + ", ".join(remove_urls),
+                   lambda: not ({w.spec.url for w in self.workers()} & gone), wait_s)
+        return {"removed": list(remove_urls), "added": sorted(adding), "cohorts": [old, new],
+                "label_s": round(t_labelled - t0, 3), "remove_s": round(t_out - t_added, 3), "gap_s": 0.0,
+                "overlap_s": round(t_out - t_added, 3), "total_s": round(time.monotonic() - t0, 3)}
