@@ -50,7 +50,7 @@ def test_router_unit_keeps_the_key_off_its_command_line() -> None:
     assert "--api-key" not in with_key.exec_start  # added inside the process, from the environment
     assert with_key.exec_start[:3] == [without.exec_start[0], "-c", ROUTER_KEY_SHIM]
     assert with_key.exec_start[3:] == without.exec_start[2:]  # the module, then the same arguments
-    assert without.exec_start[1:3] == ["-m", "sglang_router.launch_router"]
+    assert without.exec_start[1:3] == ["-m", "smg.launch_router"]
 
 
 def test_launch_check_reads_the_same_router_arguments_with_the_key() -> None:
