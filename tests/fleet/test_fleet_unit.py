@@ -286,6 +286,20 @@ def test_swap_with_cohorts_on_smg_labels_both_sets_and_removes_the_old_only_once
     assert res["gap_s"] == 0.0 and res["cohorts"] == list(cohorts)
 
 
+def test_adding_a_worker_smg_is_still_draining_waits_for_its_removal_then_adds_it(router: FakeRouter) -> None:
+    """A worker listed as draining is on its way out: "already listed" would leave it to vanish seconds later."""
+    router.smg = True
+    client = fleet.RouterClient(router.url, poll_interval_s=0.01)
+    spec = fleet.WorkerSpec("http://10.0.0.3:30001", "decode")
+    first, _ = client.add(spec, wait_s=5)
+    client._call("DELETE", f"/workers/{first.id}")
+    client._wait("draining", lambda: (w := client.find(spec.url)) is not None and w.status == "draining", 5)
+    again, changed = client.add(spec, wait_s=5)
+    assert changed and again.id != first.id and again.status == "ready"
+    for _ in range(10):  # the old entry's removal is long done: the new one stays
+        assert client.find(spec.url) is not None
+
+
 def test_swap_with_cohorts_on_sglang_router_is_the_swap_with_a_gap(router: FakeRouter) -> None:
     """sglang-router 0.3.2 lists no states and has no labels: the cohorts are ignored, old out before new in."""
     client = fleet.RouterClient(router.url, poll_interval_s=0.01)

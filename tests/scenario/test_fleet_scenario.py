@@ -60,6 +60,7 @@ from pdfleet.fleet.steps import request_counts
 from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from pdfleet.verify.signatures import THREAD_DEATH
+from pdfleet.versions import PINS
 from pdfleet_sim.testing.realwedge import foreign_frame, rank_sockets
 from rollout.helpers import ListingWatch, PairingWatch, Run, get_json, rollout
 from sim_faults.conftest import START_BUDGET_S, Timing
@@ -457,6 +458,12 @@ def test_f_ops_restart_as_the_unprivileged_operator_under_load(fleet: Fleet) -> 
     assert s["failed"] == 0 and s["cut"] == 0 and s["ok"] > 0, s
     assert listed(c) == ids
     assert_serving(c, "after f")
+    # the day-2 view as that operator sees it: each worker's gateway state and the gateway's installed version
+    status = pdfleet("ops", "status", "-i", str(c.inventory), *c.vault_args)
+    assert status.returncode == 0, status.stdout + status.stderr[-2000:]
+    text = flat(status.stdout)
+    assert f"gateway {PINS['sglang_router_package']} {PINS['sglang_router_version']}" in text, text
+    assert text.count("in router 2/2 (ready, ready)") == len(fleet.pairs), text
 
 
 def _version_swap(fleet: Fleet, step: str, version: str, patch: str) -> None:

@@ -146,8 +146,12 @@ class RouterClient:
             time.sleep(self.poll_interval_s)
 
     def add(self, spec: WorkerSpec, wait_s: float = 30.0) -> tuple[RouterWorker, bool]:
-        """Add ``spec`` unless it is listed; wait until it is. Returns (entry, changed)."""
+        """Add ``spec`` unless it is listed; wait until it is. Returns (entry, changed). A worker listed as draining
+        (smg: a removal under way, which drops it seconds later) is not present: wait until it is gone, then add."""
         present = self.find(spec.url)
+        if present is not None and present.status == "draining":
+            self._wait(f"the end of {spec.url}'s removal (draining)", lambda: self.find(spec.url) is None, wait_s)
+            present = None
         if present is not None:
             return present, False
         status, data = self._call("POST", "/workers", spec.body())
@@ -155,8 +159,9 @@ class RouterClient:
             raise RouterError(f"router {self.url}: POST /workers {spec.body()} answered {status}: {str(data)[:200]}")
         return self._wait(f"worker {spec.url}", lambda: self.find(spec.url), wait_s), True
 
-    def remove(self, url: str, wait_s: float = 30.0) -> WorkerSpec | None:
-        """Remove the worker at ``url`` and wait until it is gone; returns the spec it had, None if absent."""
+    def remove(self, url: str, wait_s: float = 30.0, until_gone: bool = True) -> WorkerSpec | None:
+        """Remove the worker at ``url`` and wait until it is gone (``until_gone``) or at least out of selection (smg's
+        draining: it takes no new request and is dropped seconds later); returns the spec it had, None if absent."""
         present = self.find(url)
         if present is None:
             return None
@@ -164,8 +169,18 @@ class RouterClient:
         if status not in (200, 202, 204, 404):
             raise RouterError(f"router {self.url}: DELETE /workers/{present.id} ({url}) answered {status}: "
                               f"{str(data)[:200]}")
-        self._wait(f"removal of {url}", lambda: self.find(url) is None, wait_s)
+
+        def out() -> bool:
+            w = self.find(url)
+            return w is None or (not until_gone and w.status == "draining")
+
+        self._wait(f"removal of {url}", out, wait_s)
         return present.spec
+
+    def wait_gone(self, urls: list[str], wait_s: float = 30.0) -> None:
+        """Wait until the listing shows none of ``urls`` (smg drops a draining worker after its drain settle)."""
+        gone = set(urls)
+        self._wait("removal of " + ", ".join(urls), lambda: not ({w.spec.url for w in self.workers()} & gone), wait_s)
 
     def label(self, worker: RouterWorker, pairing: str) -> None:
         """Set ``worker``'s pairing protocol (smg's ``PATCH /workers/{id}``, which merges labels and re-derives the

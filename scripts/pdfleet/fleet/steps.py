@@ -46,8 +46,9 @@ class DrainResult:
                 "loads": self.idle.to_dict()["loads"], "busy_at_start": self.idle.busy_at_start}
 
 
-def remove_pair(router: RouterClient, pair: Pair, wait_s: float = 30.0) -> list[WorkerSpec]:
-    """Take every worker of ``pair`` out of the router (no-op for those not listed); their exact specs.
+def remove_pair(router: RouterClient, pair: Pair, wait_s: float = 30.0, until_gone: bool = True) -> list[WorkerSpec]:
+    """Take every worker of ``pair`` out of the router (no-op for those not listed); their exact specs. Without
+    ``until_gone`` a worker smg lists as draining counts as out (it takes no new request).
 
     Decodes go first: from then on no new request can be paired with this host's prefill through them, and
     the router's own decode choice never lands here while the prefill is still being removed.
@@ -55,7 +56,7 @@ def remove_pair(router: RouterClient, pair: Pair, wait_s: float = 30.0) -> list[
     order = sorted(pair.members, key=lambda m: {"decode": 0, "mono": 1, "prefill": 2}.get(m.role, 3))
     removed = []
     for m in order:
-        spec = router.remove(m.url, wait_s)
+        spec = router.remove(m.url, wait_s, until_gone)
         if spec is not None:
             removed.append(spec)
     return removed
@@ -63,11 +64,14 @@ def remove_pair(router: RouterClient, pair: Pair, wait_s: float = 30.0) -> list[
 
 def drain(router: RouterClient, pair: Pair, timeout_s: float, wait_s: float = 30.0,
           progress: Callable[[IdleResult], None] | None = None) -> DrainResult:
-    """Remove ``pair`` from the router, then wait (up to ``timeout_s``) until its workers say idle."""
+    """Remove ``pair`` from the router, then wait (up to ``timeout_s``) until its workers say idle. On smg the wait
+    on the workers' own numbers starts once the gateway marks them draining (no new request reaches them), and the
+    drain returns once the gateway has dropped them too (its drain settle runs beside our wait)."""
     t0 = time.monotonic()
-    removed = remove_pair(router, pair, wait_s)
+    removed = remove_pair(router, pair, wait_s, until_gone=False)
     removed_s = time.monotonic() - t0
     idle = wait_idle([(m.url, m.role) for m in pair.members], timeout_s, progress=progress)
+    router.wait_gone([s.url for s in removed], wait_s)
     return DrainResult(pair.host, removed, idle, removed_s)
 
 
