@@ -33,11 +33,21 @@ RECORD_NAME: str = CONSTANTS["record_name"]
 # Ports the router host's other services listen on (Prometheus, the watchdog's metrics): no unit may take them.
 RESERVED_PORTS: dict[int, str] = {int(k): str(v) for k, v in CONSTANTS["reserved_ports"].items()}
 MODEL_MANIFEST_NAME: str = CONSTANTS["model_manifest_name"]
+
+
+def _state_directory(key: str) -> Path:
+    """constants.yml's ``key``: a systemd StateDirectory, so a directory directly under /var/lib."""
+    path = Path(str(CONSTANTS[key]))
+    if path.parent != Path("/var/lib") or path.name in ("", ".", ".."):  # pragma: no cover - a broken package
+        raise RuntimeError(f"{CONSTANTS_FILE}: {key} {path} must be a directory directly under /var/lib "
+                           "(it is a systemd StateDirectory)")
+    return path
+
+
 # The pair leases' store on the router host (pdfleet.lease; the watchdog unit's second StateDirectory).
-LEASE_DIR: Path = Path(CONSTANTS["lease_dir"])
-if LEASE_DIR.parent != Path("/var/lib") or LEASE_DIR.name in ("", ".", ".."):  # pragma: no cover - a broken package
-    raise RuntimeError(f"{CONSTANTS_FILE}: lease_dir {LEASE_DIR} must be a directory directly under /var/lib "
-                       "(it is a systemd StateDirectory)")
+LEASE_DIR: Path = _state_directory("lease_dir")
+# The watchdog's own state on the router host (its state file; the unit's first StateDirectory, its user's home).
+WATCHDOG_STATE_DIR: Path = _state_directory("watchdog_state_dir")
 DRIVER_HOLD_REGEX: dict[str, re.Pattern[str]] = {
     distro: re.compile(pattern) for distro, pattern in CONSTANTS["driver_hold_regex"].items()
 }
