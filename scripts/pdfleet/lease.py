@@ -3,7 +3,9 @@ router what another took out, and two of them never work on the same pair at onc
 
 The store is a directory on the gateway (router) host, the one host every actor reaches: constants.yml's
 ``lease_dir`` (pdfleet.versions.LEASE_DIR; every caller passes it: this module runs remotely, alone), the
-pdfleet_watchdog unit's second StateDirectory, owned by the watchdog's user, mode 0755. One JSON file per pair,
+pdfleet_watchdog unit's second StateDirectory, owned by the watchdog's user, mode 0755. A root actor that finds it
+missing creates it owned as the watchdog's own state directory (constants.yml's ``watchdog_state_dir``,
+pdfleet.versions.WATCHDOG_STATE_DIR: callers pass it too, as ``owner_dir``). One JSON file per pair,
 ``<pair host>.json``: holder kind (watchdog | ops | rollout), who (user@machine pid N), purpose, since, expires (null:
 held until released, as a person's drain). Every change is made under an exclusive ``flock`` on ``.lock`` in that
 directory (a read-only descriptor is enough, so root and the watchdog's user share it), and files are written
@@ -25,7 +27,8 @@ that carries this file's own source, so the host needs nothing of pdfleet instal
     {"op": "release", "pair": "node2", "kind": "ops", "who": "...", "takeover": []}
     {"op": "check", ...same as acquire}           -> whether acquire would succeed; nothing written (check mode)
     {"op": "read", "pair": "node2"} / {"op": "list"}
-Every request also carries "dir", the store's directory.
+Every request also carries "dir", the store's directory, and "owner_dir", the watchdog's state directory (whose
+owner a store created by root gets).
 Exit code 0 ok, 1 held by another actor ({"ok": false, "error": "held", "lease": the holder}), 2 the store cannot
 be used or a bad request ({"ok": false, "error": "store", "message": ...}).
 """
@@ -52,8 +55,6 @@ from typing import Any
 
 LOCK_NAME = ".lock"
 KINDS = ("watchdog", "ops", "rollout")
-# A root actor that finds no store creates it owned as the watchdog's state directory (the watchdog's user).
-OWNER_REFERENCE = Path("/var/lib/pdfleet-watchdog")
 
 
 class LeaseError(Exception):
@@ -156,22 +157,24 @@ def _path(directory: Path, pair: str) -> Path:
     return directory / f"{pair}.json"
 
 
-def _ensure_dir(directory: Path) -> None:
-    """A root actor creates a missing store (0755, owned as the watchdog's state directory); anyone else is told."""
+def _ensure_dir(directory: Path, owner_dir: Path | None) -> None:
+    """A root actor creates a missing store (0755, owned as ``owner_dir``, the watchdog's state directory, when
+    that exists); anyone else is told."""
     if directory.is_dir():
         return
     if os.geteuid() != 0:
         _missing(directory)
     directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-    with contextlib.suppress(OSError):
-        ref = OWNER_REFERENCE.stat()
-        os.chown(directory, ref.st_uid, ref.st_gid)
+    if owner_dir is not None:
+        with contextlib.suppress(OSError):
+            ref = owner_dir.stat()
+            os.chown(directory, ref.st_uid, ref.st_gid)
 
 
-def writable(directory: Path) -> None:
+def writable(directory: Path, owner_dir: Path | None = None) -> None:
     """LeaseError, naming the host, the directory and the fix, unless this user can take leases in ``directory``."""
     if not directory.is_dir():
-        _ensure_dir(directory)  # root creates it; anyone else is told how
+        _ensure_dir(directory, owner_dir)  # root creates it; anyone else is told how
     elif not os.access(directory, os.W_OK | os.X_OK):
         raise LeaseError(f"{socket.gethostname()}: the lease directory {directory} is not writable by "
                          f"{getpass.getuser()}: it belongs to the watchdog's user (the pdfleet-watchdog unit's "
@@ -185,8 +188,8 @@ def _missing(directory: Path) -> None:
 
 
 @contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    _ensure_dir(directory)
+def _locked(directory: Path, owner_dir: Path | None = None) -> Iterator[None]:
+    _ensure_dir(directory, owner_dir)
     try:
         fd = os.open(directory / LOCK_NAME, os.O_RDONLY | os.O_CREAT, 0o644)
     except OSError as e:
@@ -236,12 +239,14 @@ def _check(directory: Path, pair: str, kind: str, who: str, takeover: Collection
 
 
 def acquire(pair: str, kind: str, purpose: str, *, who: str | None = None, ttl_s: float | None = None,
-            takeover: Collection[str] = (), directory: Path, now: float | None = None) -> tuple[Lease, Lease | None]:
+            takeover: Collection[str] = (), directory: Path, owner_dir: Path | None = None,
+            now: float | None = None) -> tuple[Lease, Lease | None]:
     """Take (or renew) ``pair``'s lease for ``kind``; (the lease, the one it replaced). LeaseHeld when another
-    actor holds it. A renewal by the same holder keeps its ``since``."""
+    actor holds it. A renewal by the same holder keeps its ``since``. A missing store is created by root, owned
+    as ``owner_dir`` (the watchdog's state directory)."""
     now = time.time() if now is None else now
     who = who or who_am_i()
-    with _locked(directory):
+    with _locked(directory, owner_dir):
         held = _check(directory, pair, kind, who, takeover, now, f"taken for {purpose}")
         same = held is not None and held.kind == kind and held.who == who and not held.expired(now)
         lease = Lease(pair, kind, who, purpose, held.since if same and held else now,
@@ -287,13 +292,21 @@ def read_all(directory: Path) -> list[Lease]:
     return [lease for lease in found if lease is not None]
 
 
+def _absolute(request: dict[str, Any], key: str, what: str) -> Path:
+    """The request's directory ``key``; KeyError when the caller did not name it (this module knows neither
+    directory: pdfleet.versions is not here)."""
+    path = Path(str(request[key]))
+    if not path.is_absolute():
+        raise LeaseError(f"{what} {path} is not an absolute path")
+    return path
+
+
 def handle(request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     """One JSON request (the module's script form): (exit code, answer)."""
     try:
         op = request.get("op")
-        directory = Path(str(request["dir"]))
-        if not directory.is_absolute():
-            raise LeaseError(f"the lease directory {directory} is not an absolute path")
+        directory = _absolute(request, "dir", "the lease directory")
+        owner_dir = _absolute(request, "owner_dir", "the watchdog's state directory")
         takeover = [str(t) for t in request.get("takeover") or []]
         if op in ("read", "list"):
             leases = read_all(directory) if op == "list" else [x for x in [read(request["pair"], directory)] if x]
@@ -303,7 +316,7 @@ def handle(request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
             ttl = request.get("ttl_s")
             lease, previous = acquire(pair, kind, str(request["purpose"]), who=request.get("who"),
                                       ttl_s=None if ttl is None else float(ttl), takeover=takeover,
-                                      directory=directory)
+                                      directory=directory, owner_dir=owner_dir)
             return 0, {"ok": True, "changed": True, "lease": lease.to_dict(),
                        "previous": previous.to_dict() if previous else None}
         if op == "check":

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from pdfleet import lease as store
 from pdfleet.lease import Lease, LeaseError, LeaseHeld
-from pdfleet.versions import LEASE_DIR
+from pdfleet.versions import LEASE_DIR, WATCHDOG_STATE_DIR
 
 Runner = Callable[[str, str], tuple[int, str, str]]  # (host, command) -> (rc, out, err)
 
@@ -38,16 +38,19 @@ class Leases(Protocol):
 
 @dataclass
 class LocalLeases:
-    """The store in this process's file system, for one holder (kind and who)."""
+    """The store in this process's file system, for one holder (kind and who); one that root creates gets the
+    owner of ``owner_dir``, the watchdog's state directory."""
 
     kind: str
     who: str = field(default_factory=store.who_am_i)
     directory: Path = LEASE_DIR
+    owner_dir: Path = WATCHDOG_STATE_DIR
 
     def acquire(self, pair: str, purpose: str, ttl_s: float | None = None,
                 takeover: Collection[str] = ()) -> Lease:
         return _past_gone(lambda t: store.acquire(pair, self.kind, purpose, who=self.who, ttl_s=ttl_s, takeover=t,
-                                                  directory=self.directory)[0], takeover)
+                                                  directory=self.directory, owner_dir=self.owner_dir)[0],
+                          takeover)
 
     def release(self, pair: str, takeover: Collection[str] = ()) -> Lease | None:
         return _past_gone(lambda t: store.release(pair, self.kind, who=self.who, takeover=t,
@@ -56,13 +59,14 @@ class LocalLeases:
     def read(self, pair: str) -> Lease | None:
         """The pair's lease (None: free); LeaseError when this process could not take one here (the watchdog
         decides nothing it could not act on)."""
-        store.writable(self.directory)
+        store.writable(self.directory, self.owner_dir)
         return store.read(pair, self.directory)
 
 
 @dataclass
 class RemoteLeases:
-    """The store on the gateway host ``host``, reached through ``run`` with ``prefix`` ("" as root, "sudo -n ")."""
+    """The store on the gateway host ``host``, reached through ``run`` with ``prefix`` ("" as root, "sudo -n ");
+    one that root creates there gets the owner of ``owner_dir``, the watchdog's state directory."""
 
     run: Runner
     host: str
@@ -70,9 +74,10 @@ class RemoteLeases:
     prefix: str = ""
     who: str = field(default_factory=store.who_am_i)
     directory: Path = LEASE_DIR
+    owner_dir: Path = WATCHDOG_STATE_DIR
 
     def _call(self, request: dict[str, Any], wanted: str) -> dict[str, Any]:
-        request = {**request, "dir": str(self.directory)}
+        request = {**request, "dir": str(self.directory), "owner_dir": str(self.owner_dir)}
         rc, out, err = self.run(self.host, self.prefix + store.remote_command(request))
         answer = store.parse_answer(rc, out, err, f"host {self.host} (the gateway, lease store {self.directory})")
         if answer.get("ok"):

@@ -4,9 +4,10 @@ One document, one schema version, made by one function, so the CLI, the plays an
 them (the verification play gives `pdfleet verify --plan FILE` the plan the preflight computed) never differ.
 Besides the plan itself (profile, versions, per-host units with their first-class fields) it carries what
 Ansible needs to render exactly what `pdfleet render` previews (`contexts`), the facts the roles take as inputs
-(`role_facts`: the record's and the model manifest's file names, the driver's hold pattern, the patch's hashes)
-and the simulated hosts' version-specific packages (`sim_packages`). It names no path of the control machine, so
-every install (a checkout, a wheel) prints the same document; `control_paths` gives those paths apart.
+(`role_facts`: the record's and the model manifest's file names, the lease store's and the watchdog's state
+directories, the driver's hold pattern, the patch's hashes) and the simulated hosts' version-specific packages
+(`sim_packages`). It names no path of the control machine, so every install (a checkout, a wheel) prints the same
+document; `control_paths` gives those paths apart.
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from pdfleet.patch import roleinputs
 from pdfleet.paths import PACKAGE_DIR, REPO_ROOT, TEMPLATE_DIR
 from pdfleet.planner import Plan
 from pdfleet.render import unit_context
-from pdfleet.versions import CONSTANTS, LEASE_DIR, MODEL_MANIFEST_NAME, OVERLAY_REQUIREMENTS, RECORD_NAME
+from pdfleet.versions import (
+    CONSTANTS,
+    LEASE_DIR,
+    MODEL_MANIFEST_NAME,
+    OVERLAY_REQUIREMENTS,
+    RECORD_NAME,
+    WATCHDOG_STATE_DIR,
+)
 
 SCHEMA = "pdfleet-plan/1"
 
@@ -42,7 +50,7 @@ def plan_document(plan: Plan) -> dict[str, Any]:
     # Each host's firewall: its allow-list and nftables ruleset (pdfleet.firewall; the pdfleet_firewall role's input).
     doc["host_firewalls"] = host_firewalls(plan)
     doc["role_facts"] = {"record_name": RECORD_NAME, "model_manifest_name": MODEL_MANIFEST_NAME,
-                         "lease_dir": str(LEASE_DIR),
+                         "lease_dir": str(LEASE_DIR), "watchdog_state_dir": str(WATCHDOG_STATE_DIR),
                          "driver_hold_regex": dict(CONSTANTS["driver_hold_regex"]),
                          "sglang_patch": roleinputs.patch_facts(str(plan.sglang["version"]))}
     # What the pinned SGLang resolves each worker to (pdfleet.launchcheck, committed), or how to resolve it.

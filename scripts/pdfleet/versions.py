@@ -44,11 +44,21 @@ def router_module(package: str) -> str:
     except KeyError:
         raise ValueError(f"router package {package!r} is not one pdfleet deploys (choose one of "
                          f"{', '.join(sorted(ROUTER_MODULES))}: pdfleet_cluster.sglang.router_package)") from None
+
+
+def _state_directory(key: str) -> Path:
+    """constants.yml's ``key``: a systemd StateDirectory, so a directory directly under /var/lib."""
+    path = Path(str(CONSTANTS[key]))
+    if path.parent != Path("/var/lib") or path.name in ("", ".", ".."):  # pragma: no cover - a broken package
+        raise RuntimeError(f"{CONSTANTS_FILE}: {key} {path} must be a directory directly under /var/lib "
+                           "(it is a systemd StateDirectory)")
+    return path
+
+
 # The pair leases' store on the router host (pdfleet.lease; the watchdog unit's second StateDirectory).
-LEASE_DIR: Path = Path(CONSTANTS["lease_dir"])
-if LEASE_DIR.parent != Path("/var/lib") or LEASE_DIR.name in ("", ".", ".."):  # pragma: no cover - a broken package
-    raise RuntimeError(f"{CONSTANTS_FILE}: lease_dir {LEASE_DIR} must be a directory directly under /var/lib "
-                       "(it is a systemd StateDirectory)")
+LEASE_DIR: Path = _state_directory("lease_dir")
+# The watchdog's own state on the router host (its state file; the unit's first StateDirectory, its user's home).
+WATCHDOG_STATE_DIR: Path = _state_directory("watchdog_state_dir")
 DRIVER_HOLD_REGEX: dict[str, re.Pattern[str]] = {
     distro: re.compile(pattern) for distro, pattern in CONSTANTS["driver_hold_regex"].items()
 }

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from pdfleet.versions import WATCHDOG_STATE_DIR
 
 from ansible_plugins.probes import change_account, load_probe, run_probe
 
@@ -41,7 +42,7 @@ def _cfg(remediation: str = "alert") -> dict:
         files[PATHS["polkit"]]["sha256"] = ""  # vars/main.yml: no rule wanted
     return {"want": {"paths": PATHS,
                      "user": {"group": "pdfleet-watchdog", "groups": ["systemd-journal"],
-                              "shell": "/usr/sbin/nologin", "home": "/var/lib/pdfleet-watchdog"},
+                              "shell": "/usr/sbin/nologin", "home": str(WATCHDOG_STATE_DIR)},
                      "dirs": {"/etc/pdfleet-watchdog": {"mode": "0750", "owner": "root",
                                                         "group": "pdfleet-watchdog"}},
                      "files": files,

@@ -148,7 +148,8 @@ def test_processes_racing_for_one_pair_exactly_one_wins(tmp_path: Path, round_: 
 
 def test_the_script_form_answers_json_with_its_exit_codes(tmp_path: Path) -> None:
     def run(request: dict) -> tuple[int, dict]:
-        argv = lease.remote_argv({**request, "dir": str(tmp_path)}, python=sys.executable)
+        argv = lease.remote_argv({**request, "dir": str(tmp_path), "owner_dir": str(tmp_path)},
+                                 python=sys.executable)
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
         return proc.returncode, json.loads(proc.stdout)
 

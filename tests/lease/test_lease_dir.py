@@ -30,7 +30,7 @@ def test_the_constant_reaches_the_plan_document_and_the_watchdog_role() -> None:
     assert role_vars["__pdfleet_watchdog_lease_dir"] == "{{ pdfleet_watchdog_plan.role_facts.lease_dir }}"
     assert role_vars["__pdfleet_watchdog_plan_doc"]["gateway_host"] == "{{ pdfleet_watchdog_plan.gateway_host }}"
     unit = (ROLE / "templates" / "pdfleet-watchdog.service.j2").read_text()
-    assert "StateDirectory=pdfleet-watchdog {{ __pdfleet_watchdog_lease_state_dir }}" in unit
+    assert "StateDirectory={{ __pdfleet_watchdog_state_dir_name }} {{ __pdfleet_watchdog_lease_state_dir }}" in unit
     assert "--lease-dir {{ __pdfleet_watchdog_lease_dir }}" in unit
 
 

@@ -17,7 +17,7 @@ import yaml
 from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from pdfleet.render import render_plan
-from pdfleet.versions import LEASE_DIR
+from pdfleet.versions import LEASE_DIR, WATCHDOG_STATE_DIR
 
 EXAMPLES = REPO_ROOT / "inventory" / "examples"
 GOLDEN = REPO_ROOT / "tests" / "plan" / "golden"
@@ -64,7 +64,9 @@ def watchdog_unit(tmp_path: Path, remediation: str) -> Path:
               "pdfleet_watchdog_home": "/opt/pdfleet-watchdog", "pdfleet_watchdog_config_dir": "/etc/pdfleet-watchdog",
               "pdfleet_watchdog_local_host": "gpu01", "pdfleet_watchdog_metrics_address": "192.0.2.10",
               "pdfleet_watchdog_router_python": "/opt/pdfleet/venv/bin/python",
-              "__pdfleet_watchdog_lease_dir": str(LEASE_DIR), "__pdfleet_watchdog_lease_state_dir": LEASE_DIR.name}
+              "__pdfleet_watchdog_lease_dir": str(LEASE_DIR), "__pdfleet_watchdog_lease_state_dir": LEASE_DIR.name,
+              "__pdfleet_watchdog_state_dir": str(WATCHDOG_STATE_DIR),
+              "__pdfleet_watchdog_state_dir_name": WATCHDOG_STATE_DIR.name}
     out = tmp_path / remediation / "pdfleet-watchdog.service"
     out.parent.mkdir()
     out.write_text(env.from_string(WATCHDOG_TEMPLATE.read_text()).render(**values))

@@ -19,7 +19,7 @@ from pdfleet.prune.decide import active_unplanned, removals
 from pdfleet.prune.hoststate import SCAN_COMMAND, parse_scan
 from pdfleet.prune.units import UNIT_DIR, UNIT_GLOB, InstalledUnit, parse_unit
 from pdfleet.render import environment, render_plan
-from pdfleet.versions import LEASE_DIR
+from pdfleet.versions import LEASE_DIR, WATCHDOG_STATE_DIR
 from plan_support import EXAMPLES, PROFILES
 from role_inputs import plan_inputs
 
@@ -139,7 +139,9 @@ def _watchdog_unit(plan_doc: dict, host: str) -> str:
     ctx = dict(defaults, **plan_inputs("pdfleet_watchdog"), pdfleet_watchdog_plan=plan_doc,
                pdfleet_watchdog_local_host=host, ansible_managed="x",
                __pdfleet_watchdog_router_units=routers, __pdfleet_watchdog_router_unit=routers[0],
-               __pdfleet_watchdog_lease_dir=str(LEASE_DIR), __pdfleet_watchdog_lease_state_dir=LEASE_DIR.name)
+               __pdfleet_watchdog_lease_dir=str(LEASE_DIR), __pdfleet_watchdog_lease_state_dir=LEASE_DIR.name,
+               __pdfleet_watchdog_state_dir=str(WATCHDOG_STATE_DIR),
+               __pdfleet_watchdog_state_dir_name=WATCHDOG_STATE_DIR.name)
     return env.get_template("pdfleet-watchdog.service.j2").render(ctx)
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from pdfleet.plandoc import plan_document
@@ -40,17 +41,23 @@ def test_restart_on_a_router_host_without_the_workers_is_refused(tmp_path: Path)
     assert "changed=0" in out and "Install the Debian packages" not in out, out[-3000:]
 
 
-def test_a_plan_without_the_lease_directory_is_refused_first(tmp_path: Path) -> None:
-    """A plan document without role_facts.lease_dir (an older preflight's, or one hand-made): refused before
-    anything changes, naming how to get the plan."""
+@pytest.mark.parametrize(("fact", "value"), [("lease_dir", None), ("watchdog_state_dir", None),
+                                            ("watchdog_state_dir", "/var/lib/a/b"), ("watchdog_state_dir", "")])
+def test_a_plan_without_a_state_directory_is_refused_first(tmp_path: Path, fact: str, value: str | None) -> None:
+    """A plan document without role_facts.lease_dir or role_facts.watchdog_state_dir (an older preflight's, or one
+    hand-made), or with one not directly under /var/lib: refused before anything changes, naming how to get the
+    plan."""
     plan = plan_document(plan_inventory(REPO_ROOT / "inventory" / "sim"))
-    del plan["role_facts"]["lease_dir"]
+    if value is None:
+        del plan["role_facts"][fact]
+    else:
+        plan["role_facts"][fact] = value
     proc = _play(tmp_path, "    - ansible.builtin.include_role:\n        name: pdfleet.cluster.pdfleet_watchdog\n",
                  {"pdfleet_watchdog_plan": plan, "pdfleet_watchdog_local_host": "node1",
                   "pdfleet_watchdog_wheel": WHEEL, **plan_inputs("pdfleet_watchdog")})
     out = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode != 0 and "localhost: pdfleet_watchdog needs the plan" in out, out[-3000:]
-    assert "role_facts.lease_dir" in out and "changed=0" in out, out[-3000:]
+    assert f"role_facts.{fact}" in out and "`pdfleet plan --json`" in out and "changed=0" in out, out[-3000:]
 
 
 def test_a_one_host_plan_has_no_remote_pairs(tmp_path: Path) -> None:

@@ -5,9 +5,10 @@ and releases its pairs' leases with it (ansible.builtin.command, delegated to th
     argv: "{{ {'op': 'acquire', 'pair': 'node2', 'kind': 'rollout', 'purpose': 'rollout', 'ttl_s': 7200}
               | pdfleet.cluster.pdfleet_lease_argv }}"
 
-A request without ``who`` gets this controller's user@machine and pid, and one without ``dir`` the store's directory
+A request without ``who`` gets this controller's user@machine and pid, one without ``dir`` the store's directory
 (pdfleet.versions.LEASE_DIR, from the package's constants.yml: the same the watchdog unit's StateDirectory gets
-through the plan document). The command prints one JSON answer and
+through the plan document), and one without ``owner_dir`` the watchdog's state directory (WATCHDOG_STATE_DIR, whose
+owner a store created by root gets). The command prints one JSON answer and
 exits 0 (done), 1 (held by another actor: ``message`` names the holder and the fix) or 2 (the store cannot be used).
 """
 
@@ -20,7 +21,7 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from pdfleet.lease import remote_argv, who_am_i
-    from pdfleet.versions import LEASE_DIR
+    from pdfleet.versions import LEASE_DIR, WATCHDOG_STATE_DIR
 except ImportError as exc:  # pragma: no cover - depends on how ansible-playbook was started
     _IMPORT_ERROR: ImportError | None = exc
 else:
@@ -37,6 +38,7 @@ def pdfleet_lease_argv(request: Mapping[str, Any], python: str = "python3") -> l
     doc = {str(k): v for k, v in request.items()}
     doc.setdefault("who", who_am_i())
     doc.setdefault("dir", str(LEASE_DIR))
+    doc.setdefault("owner_dir", str(WATCHDOG_STATE_DIR))
     return remote_argv(doc, python)
 
 

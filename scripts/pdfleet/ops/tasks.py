@@ -16,6 +16,7 @@ from pdfleet.lease import Lease
 from pdfleet.planner import Plan
 from pdfleet.remote import RemoteError
 from pdfleet.versions import RECORD_NAME
+from pdfleet.watchdog.statefile import DEFAULT_STATE_FILE
 
 Runner = Callable[[str, str], tuple[int, str, str]]  # (host, command) -> (rc, out, err); RemoteError if unreachable
 
@@ -81,7 +82,7 @@ def status(plan: Plan, run: Runner, router_states: Mapping[str, str] | None, las
         units = units_of(plan, host)
         cmd = (f"systemctl is-active {' '.join(shlex.quote(u) for u in units)}; echo '--'; "
                f"cat {shlex.quote(venv + '/' + RECORD_NAME)} 2>/dev/null; echo; echo '--'; "
-               "cat /var/lib/pdfleet-watchdog/state.json 2>/dev/null || true; echo; echo '--'; "
+               f"cat {shlex.quote(str(DEFAULT_STATE_FILE))} 2>/dev/null || true; echo; echo '--'; "
                + (gateway_version_command(plan) if host == gateway else "true"))
         _, out, _ = run(host, cmd)
         active_txt, _, rest = out.partition("--\n")

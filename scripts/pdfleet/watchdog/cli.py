@@ -31,9 +31,7 @@ from pdfleet.watchdog.actions import FleetActions, RestartError, local_shell
 from pdfleet.watchdog.journal import JournalWatch, Runner, local_runner
 from pdfleet.watchdog.loop import Config, Watchdog
 from pdfleet.watchdog.remediate import MODES, Remediator
-from pdfleet.watchdog.statefile import StateFileError, read_state
-
-DEFAULT_STATE_FILE = Path("/var/lib/pdfleet-watchdog/state.json")
+from pdfleet.watchdog.statefile import DEFAULT_STATE_FILE, StateFileError, read_state
 
 
 class WatchdogUsageError(PdfleetError):

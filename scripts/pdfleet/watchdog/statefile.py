@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from pdfleet.errors import PdfleetError
+from pdfleet.versions import WATCHDOG_STATE_DIR
 
 SCHEMA = 1
+# Where the deployed watchdog writes it (the pdfleet_watchdog unit's --state-file, in its StateDirectory).
+DEFAULT_STATE_FILE: Path = WATCHDOG_STATE_DIR / "state.json"
 
 
 class StateFileError(PdfleetError):
