@@ -136,7 +136,8 @@ def test_sim_mode_needs_the_runtimes_python_and_the_sglang_wheel_only() -> None:
     [message] = host_problems("node1", dict(ok, python="3.12"), "0.5.23", "sim")
     assert "the prepared CPU runtime (sglang_runtime_path) is built for Python 3.11" in message
     # sim installs SGLang without dependencies: torch's and the kernel's wheels do not count there
-    assert {p.name for p in scope(load_pin_wheels("0.5.23"), "sim", False).packages} == {"sglang", PINS["sglang_router_package"]}
+    router = PINS["sglang_router_package"]
+    assert {p.name for p in scope(load_pin_wheels("0.5.23"), "sim", False).packages} == {"sglang", router}
 
 
 def test_nixl_counts_where_the_nixl_role_installs_from_the_registry() -> None:
