@@ -74,8 +74,12 @@ class RouterSpec:
     # Attempts per request (1: no retry). smg retries by the worker's status code, after the worker may have run
     # the prefill and moved the KV cache: a retry there repeats that work on another pair.
     retry_max_attempts: int = 1
+    # smg's circuit breaker: off by default. On, it took a prefill out of selection after 2 connection errors (a
+    # kill -9) and held it out, healthy and restarted, for its whole timeout: health checks and the watchdog already
+    # decide a worker's fate, and a verification right after a restart found that prefill unused (inconclusive).
+    circuit_breaker: bool = False
     cb_failure_threshold: int = 10
-    cb_timeout_duration_secs: int = 60
+    cb_timeout_duration_secs: int = 10
     # How often smg checks a worker it is registering (at its start: the workers of the command line) until it
     # answers: smg's default 30 s kept the gateway unready for up to 30 s after a restart beside its workers.
     worker_startup_check_interval_secs: int = 3

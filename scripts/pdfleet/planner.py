@@ -647,8 +647,9 @@ def _router_unit(c: ClusterSpec, address: str, workers: list[Unit]) -> Unit:
                  "--health-check-timeout-secs", str(r.health_check_timeout_secs),
                  "--no-remove-unhealthy-workers",
                  "--retry-max-retries", str(r.retry_max_attempts),
-                 "--cb-failure-threshold", str(r.cb_failure_threshold),
-                 "--cb-timeout-duration-secs", str(r.cb_timeout_duration_secs),
+                 *(["--cb-failure-threshold", str(r.cb_failure_threshold),
+                    "--cb-timeout-duration-secs", str(r.cb_timeout_duration_secs)] if r.circuit_breaker
+                   else ["--disable-circuit-breaker"]),
                  "--shutdown-grace-period-secs", str(r.shutdown_grace_s),
                  "--worker-startup-check-interval", str(r.worker_startup_check_interval_secs),
                  "--log-level", "info"]

@@ -33,7 +33,7 @@ def test_rules_and_dashboard_use_names_the_gateway_exports(
     if router.kind != "smg":
         pytest.skip("the smg_* names are the gateway's (smg)")
     names = used()
-    assert {"smg_worker_health", "smg_worker_cb_transitions_total"} <= names, names
+    assert "smg_worker_health" in names, names
     metrics_port = free_port()
     with LocalPD([sim_python], tmp_path, fake_env, router, router_args=["--prometheus-port", str(metrics_port)]) as pd:
         status, _ = http_json(pd.router_url + "/v1/chat/completions", chat_body(pd.model, "hi", 4, False))

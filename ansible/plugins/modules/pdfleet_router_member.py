@@ -99,10 +99,13 @@ def _absent(module: AnsibleModule, router: fleet.RouterClient, pair: fleet.Pair,
     if module.check_mode:
         return {"changed": before != "out", "removed": [listed[u].to_dict() for u in pair.urls if u in listed]}
     t0 = time.monotonic()
-    removed = fleet.remove_pair(router, pair, p["wait"])
+    # out of selection (smg: draining) is enough to start the wait on the workers' own numbers; the gateway's
+    # removal (its drain settle) runs beside it and is waited for after
+    removed = fleet.remove_pair(router, pair, p["wait"], until_gone=False)
     removed_s = time.monotonic() - t0
     idle = fleet.wait_idle([(m.url, m.role) for m in pair.members], p["drain_timeout"]) if p["drain_timeout"] > 0 \
         else fleet.IdleResult(True, 0.0, [])
+    router.wait_gone([s.url for s in removed], p["wait"])
     drain = fleet.DrainResult(pair.host, removed, idle, removed_s).to_dict()
     result = {"changed": bool(removed), "removed": [s.to_dict() for s in removed], "drain": drain}
     if not idle.idle and p["fail_on_busy"]:

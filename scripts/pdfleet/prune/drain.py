@@ -32,7 +32,7 @@ def drain_stale(router_url: str, workers: Iterable[tuple[str, str]], keep_urls: 
             continue
         if router is not None:
             try:
-                entry["removed_from_router"] = router.remove(url) is not None
+                entry["removed_from_router"] = router.remove(url, until_gone=False) is not None
             except fleet.RouterError as e:
                 entry["note"] = f"not removed from the router ({e})"
         try:
@@ -44,6 +44,11 @@ def drain_stale(router_url: str, workers: Iterable[tuple[str, str]], keep_urls: 
         entry.update(idle=idle.idle, waited_s=round(idle.waited_s, 1))
         if not idle.idle:
             entry["note"] = f"still busy after {timeout_s:g} s ({idle.describe()}); stopped anyway"
+    if router is not None:  # smg lists a removed worker as draining for a few seconds: gone before its unit stops
+        try:
+            router.wait_gone([str(e["url"]) for e in report if e["removed_from_router"]])
+        except fleet.RouterError as e:
+            report[-1]["note"] = f"{report[-1]['note']}; {e}".lstrip("; ")
     return {"router": router_url, "workers": report, "summary": [_drain_line(e) for e in report],
             "changed": any(bool(e["removed_from_router"]) for e in report)}
 
