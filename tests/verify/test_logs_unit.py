@@ -168,6 +168,30 @@ def test_an_empty_log_is_inconclusive(tmp_path: Path) -> None:
     assert r.status == "inconclusive" and "empty" in r.summary and any("prefill" in f for f in r.failures)
 
 
+def test_an_empty_log_of_a_unit_whose_journal_reads_is_quiet_not_unreadable(tmp_path: Path) -> None:
+    """A prefill whose every session got its first token before the kill (a freshly restarted one, ahead of its
+    queue) logs nothing at info since the protocol start; its journal since the unit's start, read through the
+    same source, shows the source reads that unit, and a death would have logged there too. Without those lines
+    the empty log stays inconclusive (the case above, and this one with an empty journal before)."""
+    host = tmp_path / "node1"
+    host.mkdir()
+    p, d = (Worker("pdfleet-prefill0", "prefill", "http://p", host="node1"),
+            Worker("pdfleet-decode0", "decode", "http://d", host="node1"))
+    (host / "pdfleet-prefill0.log").write_text("")
+    (host / "pdfleet-decode0.log").write_text(ABORT * 3)
+    (host / "pdfleet-prefill1.log").write_text(handled(3))
+    p1 = Worker("pdfleet-prefill1", "prefill", "http://p1", host="node1")
+    (host / "pdfleet-prefill0.before.log").write_text("2026-01-01T09:00:00+0000 node1 python[1]: server started\n")
+    (host / "pdfleet-decode0.before.log").write_text("2026-01-01T09:00:00+0000 node1 python[2]: server started\n")
+    (host / "pdfleet-prefill1.before.log").write_text("2026-01-01T09:00:00+0000 node1 python[3]: server started\n")
+    r = logs_check([p, d, p1], JournalDirLogs(tmp_path), Settings())
+    assert r.status == "pass", (r.summary, r.failures)
+    assert "quiet" in r.detail["pdfleet-prefill0"] and not any("empty" in f for f in r.failures)
+    (host / "pdfleet-prefill0.before.log").write_text("")
+    r = logs_check([p, d, p1], JournalDirLogs(tmp_path), Settings())
+    assert r.status == "inconclusive" and any("pdfleet-prefill0" in f and "empty" in f for f in r.failures), r.failures
+
+
 # Issue 25 item 4: at info the evidence is the patch's rate-limited count line (the real line is classified in
 # test_signatures_real.py); the floor scales with the sessions the cascade killed before their first token.
 COUNTED = ("[2026-01-01 10:00:0{s}] pdfleet: bootstrap_thread handled {n} decode ABORT message(s) on "

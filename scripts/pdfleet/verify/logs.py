@@ -206,9 +206,17 @@ def logs_check(workers: list[Worker], source: LogSource | None, s: Settings,
             continue
         total.add(scan)
         detail[w.name] = scan.to_dict()
-        if scan.lines == 0:  # a worker that served the protocol's requests logs something: wrong unit or source?
-            unreadable.append(f"{w.name}: its log since the protocol start is empty ({source.description})")
         before = _read_before(source, w)
+        # An empty log since the protocol start: the wrong unit or source, unless the same source shows this unit's
+        # own lines since its last start. A prefill all of whose sessions got their first token before the kill
+        # (a freshly restarted one, ahead of its queue) logs nothing at info level, and a thread death would have
+        # logged its line through that same source.
+        if scan.lines == 0:
+            if isinstance(before, LogUnavailable) or not before.strip():
+                unreadable.append(f"{w.name}: its log since the protocol start is empty ({source.description})")
+            else:
+                detail[w.name]["quiet"] = ("no line since the protocol start; the same source shows its lines since "
+                                           "the unit's last start")
         if isinstance(before, LogUnavailable):
             gaps.append(str(before))
             detail[w.name]["before_protocol"] = {"error": str(before)}
