@@ -195,6 +195,15 @@ class RouterClient:
         """The listing has worker states (smg): the gateway has draining, labels and pairing protocols."""
         return any(w.stateful for w in workers)
 
+    def _delete_all(self, urls: list[str]) -> None:
+        """Queue the removal of every listed worker of ``urls`` at once (confirmed by the caller's wait)."""
+        present = {w.spec.url: w for w in self.workers()}
+        for url in urls:
+            if url in present:
+                status, data = self._call("DELETE", f"/workers/{present[url].id}")
+                if status not in (200, 202, 204, 404):
+                    raise RouterError(f"router {self.url}: DELETE {url} answered {status}: {str(data)[:200]}")
+
     def swap(self, remove_urls: list[str], add: list[WorkerSpec], wait_s: float = 30.0,
              cohorts: tuple[str, str] | None = None) -> dict[str, Any]:
         """Replace workers so that no request is ever sent to a mix of the two sets: every removal is queued at once
@@ -210,12 +219,7 @@ class RouterClient:
         if cohorts is not None and self.has_states(self.workers()):
             return self.swap_cohorts(remove_urls, add, cohorts, wait_s)
         t0 = time.monotonic()
-        present = {w.spec.url: w for w in self.workers()}
-        for url in remove_urls:
-            if url in present:
-                status, data = self._call("DELETE", f"/workers/{present[url].id}")
-                if status not in (200, 202, 204, 404):
-                    raise RouterError(f"router {self.url}: DELETE {url} answered {status}: {str(data)[:200]}")
+        self._delete_all(remove_urls)
         gone = set(remove_urls)
 
         def selectable(workers: list[RouterWorker]) -> set[str]:
@@ -264,12 +268,7 @@ class RouterClient:
                    lambda: adding <= {w.spec.url for w in self.workers() if w.status == "ready"
                                       and w.spec.pairing == new}, wait_s)
         t_added = time.monotonic()
-        present = {w.spec.url: w for w in self.workers()}
-        for url in remove_urls:
-            if url in present:
-                status, data = self._call("DELETE", f"/workers/{present[url].id}")
-                if status not in (200, 202, 204, 404):
-                    raise RouterError(f"router {self.url}: DELETE {url} answered {status}: {str(data)[:200]}")
+        self._delete_all(remove_urls)
         gone = set(remove_urls)
         self._wait("removal of " + ", ".join(remove_urls) + " from selection",
                    lambda: not {w.spec.url for w in self.workers() if w.status == "ready"} & gone, wait_s)
