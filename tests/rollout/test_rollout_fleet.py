@@ -4,8 +4,10 @@ fleet scenario (tests/scenario, steps a and b) proves the patch rollout under lo
 host; the first test here stays as the staging of the others. In order (each test starts where the last
 left the fleet): the pristine -> patched rollout host by host (0 failed, 0 cut, every host patched, the
 fleet's verification passes, a second run changes nothing); a bad target (the unpatched stack, which wedges
-under the gate's abort cascade) stopped at the canary and rolled back; the 0.5.15.post1 -> 0.5.23 split-fleet
-swap with the router never listing two versions; a kill right after the first drain, then a rerun."""
+under the gate's abort cascade) stopped at the canary and rolled back; a version swap whose new-version canary fails
+its gate (rolled back, the fleet on the old version throughout); the 0.5.15.post1 -> 0.5.23 split-fleet swap with
+no prefill of one version ever serving a decode of the other; the swap back killed right after its first drain
+(the fleet serves on one version meanwhile), then a rerun that finishes it (issue 28 item 3)."""
 
 from __future__ import annotations
 
@@ -16,10 +18,12 @@ import time
 
 import pytest
 from fleet.loadgen import Load
+from pdfleet.fleet import Pair, pairs_from_plan
+from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from simcluster import BIN, ScratchCluster
 
-from .helpers import ROLLOUT, ListingWatch, get_json, rollout
+from .helpers import ROLLOUT, ListingWatch, PairingWatch, get_json, rollout
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.long]
 
@@ -32,6 +36,15 @@ def _pdfleet(*args: str) -> subprocess.CompletedProcess[str]:
 
 def _listed(c: ScratchCluster) -> list[dict]:
     return get_json(c.router_url + "/workers")["workers"]
+
+
+def _pairs(c: ScratchCluster) -> dict[str, Pair]:
+    return pairs_from_plan(plan_inventory(c.source))
+
+
+def _listed_versions(c: ScratchCluster) -> set[str]:
+    """The SGLang versions of the workers the gateway lists (each worker's own /server_info)."""
+    return {str(get_json(w["url"] + "/server_info").get("version")) for w in _listed(c)}
 
 
 def test_patch_rollout_under_load(sim_fleet: ScratchCluster) -> None:
@@ -87,45 +100,76 @@ def test_bad_target_stops_at_the_canary_and_rolls_back(sim_fleet: ScratchCluster
     assert status.returncode == 0, status.stdout  # node1 is back at its previous record, in and serving
 
 
-def test_version_swap_never_lists_two_versions(sim_fleet: ScratchCluster) -> None:
+def test_a_new_version_canary_failing_its_gate_leaves_the_fleet_on_the_old_version(sim_fleet: ScratchCluster) -> None:
+    c = sim_fleet
+    # the unpatched 0.5.23 wedges under the gate's abort cascade: the swap's first (new-version) host fails its gate
+    c.set_model("sglang", version="0.5.23", patch="nixl-guard-v2", apply_patch=False)
+    try:
+        with PairingWatch(_pairs(c)) as watch, Load(c.router_url, c.model) as load:
+            run = rollout(c)
+        load.dump(c.reports_dir / "load-swap-bad-canary.json")
+        s = load.summary()
+        print(f"swap, bad canary: {run.seconds:.0f} s; load {s}; pairing {watch.paired} in {watch.samples} samples")
+        assert run.rc != 0 and run.report, run.stdout[-5000:]
+        assert run.report["strategy"] == "split-swap", run.report
+        canary = run.report["order"][0]
+        assert f"{canary}: step gate failed" in run.stdout, run.stdout[-5000:]
+        assert "rolled back to 0.5.15.post1+nixl-abort-v2" in run.stdout and "ROLLBACK FAILED" not in run.stdout
+        assert s["failed"] == 0 and s["cut"] == 0 and s["ok"] > 0, s
+        assert watch.samples > 0 and not watch.mixed, watch.mixed[:5]
+        assert len(_listed(c)) == 6 and _listed_versions(c) == {"0.5.15.post1"}
+    finally:
+        c.set_model("sglang", version="0.5.15.post1", patch="nixl-abort-v2", apply_patch=True)
+    status = _pdfleet("rollout", "status", "-i", str(c.inventory))
+    assert status.returncode == 0, status.stdout  # every host at the inventory's version, in and serving
+
+
+def test_version_swap_never_pairs_two_versions(sim_fleet: ScratchCluster) -> None:
     c = sim_fleet
     c.set_model("sglang", version="0.5.23", patch="nixl-guard-v2")
     plan = _pdfleet("rollout", "plan", "-i", str(c.inventory))
     assert "split-swap" in plan.stdout, plan.stdout
-    with ListingWatch(c.router_url) as watch, Load(c.router_url, c.model) as load:
+    with PairingWatch(_pairs(c)) as watch, Load(c.router_url, c.model) as load:
         run = rollout(c)
     load.dump(c.reports_dir / "load-swap.json")
     s = load.summary()
     print(f"version swap: {run.seconds:.0f} s; load {s}; swap {run.report and run.report['swap']}; "
-          f"{len(watch.snapshots)} listings")
+          f"pairing {watch.paired} in {watch.samples} samples")
     assert run.rc == 0, run.stdout[-6000:]
-    assert watch.snapshots and watch.errors == [], watch.errors[:5]
-    assert not watch.mixed(), watch.mixed()[:3]
-    assert {v for snap in watch.snapshots[-1:] for v in snap["versions"].values()} == {"0.5.23"}
-    assert s["cut"] == 0, s
-    if s["failed"]:  # only the swap's gap (the router lists nobody): fast 503s
-        assert s["failed_max_s"] < 5 and set(s["failed_statuses"]) <= {503}, s
+    assert watch.samples > 0 and not watch.mixed, watch.mixed[:5]
+    assert "0.5.23 > 0.5.23" in watch.paired, watch.paired
+    assert _listed_versions(c) == {"0.5.23"}
+    assert s["failed"] == 0 and s["cut"] == 0, s  # no refusal either: smg keeps the cohorts apart, no gap
 
 
-def test_kill_after_first_drain_then_rerun(sim_fleet: ScratchCluster) -> None:
+def test_a_swap_killed_after_its_first_drain_serves_one_version_and_a_rerun_finishes_it(
+        sim_fleet: ScratchCluster) -> None:
     c = sim_fleet
-    c.set_model("sglang", version="0.5.15.post1", patch="nixl-abort-v2")
-    proc = subprocess.Popen([str(BIN / "ansible-playbook"), "-i", str(c.inventory), str(ROLLOUT),
-                             "-e", f"pdfleet_rollout_reports_dir={c.reports_dir / 'killed'}"], cwd=REPO_ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 600
-        while len(_listed(c)) == 6 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-        assert len(_listed(c)) < 6, "the first host was never drained"
-        time.sleep(1.0)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-    assert len(_listed(c)) == 4  # at most one batch out
-    run = rollout(c)
+    c.set_model("sglang", version="0.5.15.post1", patch="nixl-abort-v2")  # the swap back
+    with PairingWatch(_pairs(c)) as watch, Load(c.router_url, c.model) as load:
+        proc = subprocess.Popen([str(BIN / "ansible-playbook"), "-i", str(c.inventory), str(ROLLOUT),
+                                 "-e", f"pdfleet_rollout_reports_dir={c.reports_dir / 'killed'}"], cwd=REPO_ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 600
+            while len(_listed(c)) == 6 and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.2)
+            assert len(_listed(c)) < 6, "the first host was never drained"
+            time.sleep(1.0)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        assert len(_listed(c)) == 4  # at most one batch out
+        assert _listed_versions(c) == {"0.5.23"}  # the killed run left the fleet serving on one version
+        run = rollout(c)
+    s = load.summary()
+    load.dump(c.reports_dir / "load-swap-killed.json")
+    print(f"killed swap + rerun: rerun {run.seconds:.0f} s; load {s}; "
+          f"pairing {watch.paired} in {watch.samples} samples")
     assert run.rc == 0, run.stdout[-6000:]
-    assert len(_listed(c)) == 6
+    assert len(_listed(c)) == 6 and _listed_versions(c) == {"0.5.15.post1"}
+    assert watch.samples > 0 and not watch.mixed, watch.mixed[:5]
+    assert s["failed"] == 0 and s["cut"] == 0, s
     status = _pdfleet("rollout", "status", "-i", str(c.inventory))
     assert status.returncode == 0, status.stdout
     again = rollout(c)

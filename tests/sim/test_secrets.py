@@ -206,7 +206,8 @@ def exercise(cluster: ScratchCluster, hub: HubServer, tmp: Path) -> Evidence:
     if not download_seen:
         ev.problems.append("node1's ps samples never showed `hf download` while the hub held a file: the download "
                            "task was not reached or not sampled")
-    if "sglang_router" not in host_ps and "sglang::router" not in host_ps:
+    # the gateway as ps shows it: smg sets its process title (smg::router), sglang-router 0.3.2 runs as its module
+    if not any(t in host_ps for t in ("smg::router", "smg.launch_router", "sglang_router", "sglang::router")):
         ev.problems.append("node1's ps samples never showed the router")
     if not any("pdfleet.verify" in ln for ln in local.seen):
         ev.problems.append("the control machine's ps samples never showed the verification (pdfleet.verify)")
