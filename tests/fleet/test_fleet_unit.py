@@ -4,7 +4,7 @@ drain, re-add with a confirmed request counter, the pair canary's request shape.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from pdfleet import fleet
@@ -202,14 +202,37 @@ def test_http_active_parsing() -> None:
     assert fleet_load.http_active(text) == 3.0
 
 
-def test_swap_removes_the_old_half_before_adding_the_new(router: FakeRouter) -> None:
-    client = fleet.RouterClient(router.url, poll_interval_s=0.01)
+def _halves(client: fleet.RouterClient) -> tuple[list[fleet.WorkerSpec], list[fleet.WorkerSpec]]:
+    """A swap's two halves, one pair each: the old one (node3's) added to the router, the new one (node1's) not."""
     old = [fleet.WorkerSpec("http://10.0.0.3:30000", "prefill", 8998),
            fleet.WorkerSpec("http://10.0.0.3:30001", "decode")]
     new = [fleet.WorkerSpec("http://10.0.0.1:30000", "prefill", 8998),
            fleet.WorkerSpec("http://10.0.0.1:30001", "decode")]
-    for s in old:
-        client.add(s, wait_s=5)
+    for spec in old:
+        client.add(spec, wait_s=5)
+    return old, new
+
+
+Listing = list[fleet.RouterWorker]
+
+
+def _listings(client: fleet.RouterClient) -> tuple[list[Listing], Callable[[], Listing]]:
+    """Record every listing the client reads from now on; returns them and the unrecorded listing call."""
+    seen: list[Listing] = []
+    real = client.workers
+
+    def watched() -> Listing:
+        out = real()
+        seen.append(out)
+        return out
+
+    client.workers = watched  # type: ignore[method-assign]
+    return seen, real
+
+
+def test_swap_removes_the_old_half_before_adding_the_new(router: FakeRouter) -> None:
+    client = fleet.RouterClient(router.url, poll_interval_s=0.01)
+    old, new = _halves(client)
     router.calls.clear()
     res = client.swap([s.url for s in old], new, wait_s=5)
     changes = [c.split()[0] for c in router.calls if not c.startswith("GET")]
@@ -223,23 +246,11 @@ def test_swap_on_smg_adds_the_new_half_once_the_old_is_draining(router: FakeRout
     half is gone."""
     router.smg = True
     client = fleet.RouterClient(router.url, poll_interval_s=0.01)
-    old = [fleet.WorkerSpec("http://10.0.0.3:30000", "prefill", 8998),
-           fleet.WorkerSpec("http://10.0.0.3:30001", "decode")]
-    new = [fleet.WorkerSpec("http://10.0.0.1:30000", "prefill", 8998),
-           fleet.WorkerSpec("http://10.0.0.1:30001", "decode")]
-    for s in old:
-        client.add(s, wait_s=5)
-    seen: list[dict[str, str]] = []
-    real = client.workers
-
-    def watched() -> list[fleet.RouterWorker]:
-        out = real()
-        seen.append({w.spec.url: w.status for w in out})
-        return out
-
-    client.workers = watched  # type: ignore[method-assign]
+    old, new = _halves(client)
+    listings, real = _listings(client)
     res = client.swap([s.url for s in old], new, wait_s=5)
     olds, news = {s.url for s in old}, {s.url for s in new}
+    seen = [{w.spec.url: w.status for w in listing} for listing in listings]
     assert any(news & set(snap) and olds & set(snap) for snap in seen), "the additions waited for the old to go"
     for snap in seen:
         selectable = {u for u, st in snap.items() if st == "ready"}
@@ -255,22 +266,9 @@ def test_swap_with_cohorts_on_smg_labels_both_sets_and_removes_the_old_only_once
     every worker selectable next to another set carries its own protocol (smg pairs only equal ones)."""
     router.smg = True
     client = fleet.RouterClient(router.url, poll_interval_s=0.01)
-    old = [fleet.WorkerSpec("http://10.0.0.3:30000", "prefill", 8998),
-           fleet.WorkerSpec("http://10.0.0.3:30001", "decode")]
-    new = [fleet.WorkerSpec("http://10.0.0.1:30000", "prefill", 8998),
-           fleet.WorkerSpec("http://10.0.0.1:30001", "decode")]
-    for s in old:
-        client.add(s, wait_s=5)
+    old, new = _halves(client)
     router.calls.clear()
-    seen: list[list[fleet.RouterWorker]] = []
-    real = client.workers
-
-    def watched() -> list[fleet.RouterWorker]:
-        out = real()
-        seen.append(out)
-        return out
-
-    client.workers = watched  # type: ignore[method-assign]
+    seen, real = _listings(client)
     cohorts = (fleet.cohort_label("0.5.15.post1"), fleet.cohort_label("0.5.23"))
     res = client.swap([s.url for s in old], new, wait_s=5, cohorts=cohorts)
     changes = [c.split()[0] for c in router.calls if not c.startswith("GET")]
