@@ -54,8 +54,32 @@ def get_json(url: str, timeout: float = 5) -> Any:
         return json.loads(resp.read())
 
 
+class _Poller:
+    """A daemon thread that calls ``_round`` every ``interval_s`` while the with block runs."""
+
+    interval_s: float
+    _stop: threading.Event
+
+    def _round(self) -> None:
+        raise NotImplementedError
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self._round()
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> _Poller:
+        self._t = threading.Thread(target=self._poll, daemon=True)
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join(10)
+
+
 @dataclass
-class ListingWatch:
+class ListingWatch(_Poller):
     """Polls GET /workers and every listed worker's /server_info version; keeps each distinct snapshot, the
     number of consistent polls, the fewest workers any of them listed, and every error (a listed worker that
     does not answer is one: a drain stops a worker only after the router stopped listing it)."""
@@ -68,38 +92,31 @@ class ListingWatch:
     fewest_listed: int | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
 
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            try:
-                urls = sorted(w["url"] for w in get_json(self.router + "/workers")["workers"])
-                versions = {u: str(get_json(u + "/server_info", 3).get("version")) for u in urls}
-                still = sorted(w["url"] for w in get_json(self.router + "/workers")["workers"])
-                if still == urls:  # a consistent snapshot: the listing did not change while we asked
-                    self.polls += 1
-                    self.fewest_listed = min(len(urls), self.fewest_listed if self.fewest_listed is not None
-                                             else len(urls))
-                    snap = {"t": time.time(), "urls": urls, "versions": versions}
-                    if not self.snapshots or self.snapshots[-1]["versions"] != versions:
-                        self.snapshots.append(snap)
-            except (OSError, ValueError, KeyError) as e:
-                self.errors.append(f"{time.time():.1f}: {type(e).__name__}: {e}")
-            self._stop.wait(self.interval_s)
+    def _round(self) -> None:
+        try:
+            urls = sorted(w["url"] for w in get_json(self.router + "/workers")["workers"])
+            versions = {u: str(get_json(u + "/server_info", 3).get("version")) for u in urls}
+            still = sorted(w["url"] for w in get_json(self.router + "/workers")["workers"])
+            if still == urls:  # a consistent snapshot: the listing did not change while we asked
+                self.polls += 1
+                self.fewest_listed = min(len(urls), self.fewest_listed if self.fewest_listed is not None
+                                         else len(urls))
+                snap = {"t": time.time(), "urls": urls, "versions": versions}
+                if not self.snapshots or self.snapshots[-1]["versions"] != versions:
+                    self.snapshots.append(snap)
+        except (OSError, ValueError, KeyError) as e:
+            self.errors.append(f"{time.time():.1f}: {type(e).__name__}: {e}")
 
     def __enter__(self) -> ListingWatch:
-        self._t = threading.Thread(target=self._poll, daemon=True)
-        self._t.start()
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._t.join(10)
 
     def mixed(self) -> list[dict[str, Any]]:
         return [s for s in self.snapshots if len(set(s["versions"].values())) > 1]
 
 
 @dataclass
-class PairingWatch:
+class PairingWatch(_Poller):
     """Samples, the whole time, each decode's requests per prefill (the simulated decode's ``prefill_peers``, by
     bootstrap address) and every worker's SGLang version: a request that a decode of one version took from a
     prefill of another is a mixed pairing (``mixed``). Counts are compared between two samples in which both
@@ -154,17 +171,10 @@ class PairingWatch:
                                        "prefill": prefill, "prefill_version": pv, "requests": grew})
         self._versions = versions
 
-    def _poll(self) -> None:
-        prefills = self._addresses()
-        while not self._stop.is_set():
-            self._sample(prefills)
-            self._stop.wait(self.interval_s)
+    def _round(self) -> None:
+        self._sample(self._prefills)
 
     def __enter__(self) -> PairingWatch:
-        self._t = threading.Thread(target=self._poll, daemon=True)
-        self._t.start()
+        self._prefills = self._addresses()
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._t.join(10)
