@@ -14,6 +14,7 @@ import pytest
 from htmlreport.browser import load as load_page
 from pdfleet.patch import manifest as patches
 from pdfleet.paths import REPO_ROOT
+from pdfleet.versions import PINS, router_module
 from simcluster import SITE, ScratchCluster, recap, wait_for
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
@@ -232,6 +233,14 @@ def test_the_watchdog_runs_from_the_wheel_and_watches_the_pair(converged: Scratc
     assert doc.get("pairs", {}).get("node1", {}).get("state") == "OK", doc
     restarts = converged.ssh("systemctl show -p NRestarts --value pdfleet-watchdog").stdout.strip()
     assert restarts == "0", f"pdfleet-watchdog restarted {restarts} times"
+    # the Python its restart remediation starts the gate's private router with has the gateway (the router's own
+    # venv since the gateway left the service venv: a watchdog pointed at the service venv could not gate a pair)
+    argv = converged.ssh("systemctl show -p ExecStart --value pdfleet-watchdog").stdout.split()
+    python = argv[argv.index("--router-python") + 1]
+    module = router_module(PINS["sglang_router_package"])
+    look = f"import importlib.util, sys; sys.exit(importlib.util.find_spec('{module}') is None)"
+    found = converged.ssh(f'runuser -u pdfleet-watchdog -- {python} -c "{look}"')
+    assert found.returncode == 0, f"{python} on node1 cannot import {module}: {found.stdout}{found.stderr}"
 
 
 def _main_pids(cluster: ScratchCluster, units: tuple[str, ...]) -> dict[str, str]:
