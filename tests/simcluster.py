@@ -175,7 +175,21 @@ class ScratchCluster:
             except (urllib.error.URLError, OSError) as exc:
                 last = str(exc)
             time.sleep(1)
-        raise AssertionError(f"router {self.router_url} not ready within {timeout}s: {last}")
+        raise AssertionError(f"router {self.router_url} not ready within {timeout}s: {last}\n"
+                             f"{self.router_diagnosis()}")
+
+    def router_diagnosis(self) -> str:
+        """What the router host says of the router unit (state, last journal lines, listening sockets): a failed
+        wait would otherwise leave nothing to read once the scratch cluster is torn down."""
+        model = yaml.safe_load((self.inventory / "group_vars" / "all" / "cluster.yml").read_text())
+        host = str((model["pdfleet_cluster"].get("router") or {}).get("host") or "node1")
+        try:
+            proc = self.ssh("systemctl status --no-pager -n 0 pdfleet-router; "
+                            "journalctl -u pdfleet-router --no-pager -n 60 -o short-precise | cut -c1-300; "
+                            "ss -ltn", timeout=30, host=host)
+        except subprocess.TimeoutExpired:
+            return f"{host}: no answer over ssh within 30 s"
+        return f"on {host}:\n{proc.stdout[-8000:]}{proc.stderr[-1000:]}"
 
     def latest_report(self) -> dict:
         """The newest verification report the final play of site.yml left."""
