@@ -4,7 +4,11 @@ swap's guarantee (pdfleet.fleet.RouterClient.swap_cohorts). Each simulated decod
 
 Without protocols smg pairs any prefill with any decode (the control: the check sees the mixed pairs); with each
 pair under its own protocol it never crosses them, and the cohort swap under steady client requests moves the
-traffic from one pair to the other with no failed and no refused request."""
+traffic from one pair to the other with no failed and no refused request.
+
+The gateway picks prefill and decode at random here. Its default, cache-aware, sends every repeat of the test's one
+prompt to the worker the first request took: the control then crossed on every request or on none, a coin toss (CI
+once saw all 40 on pair b), and the protocol check could pass without ever being tried."""
 
 from __future__ import annotations
 
@@ -52,7 +56,8 @@ def _addr(pd: LocalPD) -> str:
 def two_pairs(sim_python: str, fake_env: dict[str, str], router: RouterSpec, tmp_path: Path):  # type: ignore[no-untyped-def]
     if router.kind != "smg":
         pytest.skip("pairing protocols are smg's")
-    with (LocalPD([sim_python], tmp_path / "a", fake_env, router) as a,
+    with (LocalPD([sim_python], tmp_path / "a", fake_env, router,
+                  router_args=("--prefill-policy", "random", "--decode-policy", "random")) as a,
           LocalPD([sim_python], tmp_path / "b", fake_env, None) as b):
         yield a, b
 
