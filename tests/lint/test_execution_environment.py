@@ -22,6 +22,16 @@ def test_ee_requirements_are_the_projects_runtime_dependencies() -> None:
     assert f"package_pip: {core}" in (REPO_ROOT / "execution-environment.yml").read_text()
 
 
+def test_the_control_machine_gets_the_gateway_of_the_pins() -> None:
+    """The rollout's isolated gate starts the pinned gateway on the control machine (pdfleet.fleet.gate), so an
+    install of pdfleet alone (the EE's, or pip's) must bring it: a runtime dependency at the pin, not a dev extra."""
+    from pdfleet.versions import PINS
+
+    wanted = f"{PINS['sglang_router_package']}=={PINS['sglang_router_version']}"
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert wanted in project["dependencies"], (wanted, project["dependencies"])
+
+
 def test_ansible_builder_creates_a_context_with_the_package(tmp_path: Path) -> None:
     ctx = tmp_path / "context"
     proc = subprocess.run([str(BIN / "ansible-builder"), "create", "-f", "execution-environment.yml", "-c", str(ctx),

@@ -8,9 +8,10 @@ module: pdfleet_pair_gate
 short_description: Gate one pair through a temporary router that knows only it
 author: pdfleet (!UNKNOWN)
 description:
-  - Thin wrapper over C(pdfleet.fleet.isolated_gate). Starts sglang-router on the control machine's loopback
-    with only this pair, runs pdfleet.verify's config gate, deep liveness, an abort cascade, recovery and the
-    journal scan (journald over SSH with the inventory's settings) against it, and stops the router.
+  - Thin wrapper over C(pdfleet.fleet.isolated_gate). Starts the gateway (smg, a pdfleet dependency) on the
+    control machine's loopback with only this pair, runs pdfleet.verify's config gate, deep liveness, an abort
+    cascade, recovery and the journal scan (journald over SSH with the inventory's settings) against it, and
+    stops the router.
   - The production router is never touched. Fails unless the verdict is pass, naming each failing check and
     its measured values. Never changes anything (changed=false); skipped in check mode (it aborts sessions).
 options:

@@ -102,7 +102,8 @@ class TempRouter:
         package = self.module.partition(".")[0]
         if self.python == sys.executable and importlib.util.find_spec(package) is None:
             raise GateError(f"{package} is not installed in this Python: the gate's temporary router needs it "
-                            "(the project venv has it: make setup)")
+                            f"(a dependency of pdfleet: reinstall pdfleet in {sys.prefix}, or give the gateway venv's "
+                            "Python)")
         self.port, metrics_port = _free_ports(2)
         cmd = router_command(self.pair, self.port, metrics_port, self.python, self.module)
         with self.log.open("wb") as fh:
