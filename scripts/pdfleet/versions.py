@@ -64,9 +64,10 @@ DRIVER_HOLD_REGEX: dict[str, re.Pattern[str]] = {
 }
 UCX_TLS_ALIASES: frozenset[str] = frozenset(CONSTANTS["ucx_tls_aliases"])
 UCX_TLS_TRANSPORTS: frozenset[str] = frozenset(CONSTANTS["ucx_tls_transports"])
-# What the simulated hosts install with --no-deps on top of SGLang's CPU runtime, per SGLang version.
+# What the simulated hosts install with --no-deps on top of SGLang's CPU runtime, per SGLang version: its own list,
+# then the one every version shares.
 OVERLAY_REQUIREMENTS: dict[str, tuple[str, ...]] = {
-    str(k): tuple(v) for k, v in CONSTANTS["overlay_requirements"].items()
+    str(k): (*v, *CONSTANTS["overlay_common"]) for k, v in CONSTANTS["overlay_requirements"].items()
 }
 
 # SGLang's --log-level choices; "debug" shows the scheduler's abort lines, "info" the disconnects.

@@ -39,7 +39,8 @@ def test_the_hf_cli_runs_in_the_sim_service_environment(version: str, sglang_run
     assert met.returncode == 0, met.stderr
     assert met.stdout.strip() == "", (
         f"huggingface-hub's requirements not met in {sglang_runtime.overlay(version)} over {sglang_runtime.base}:\n"
-        f"{met.stdout}Fix: add them to overlay_requirements[{version!r}] in scripts/pdfleet/constants.yml")
+        f"{met.stdout}Fix: add them to overlay_requirements[{version!r}] (or overlay_common, for every version) in "
+        "scripts/pdfleet/constants.yml")
     run_hf = "import sys; from huggingface_hub.cli.hf import main; sys.argv = ['hf', 'download', '--help']; main()"
     cli = subprocess.run([str(sglang_runtime.python), "-c", run_hf], env=env, capture_output=True, text=True,
                          timeout=120, check=False)
