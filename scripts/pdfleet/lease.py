@@ -7,9 +7,11 @@ pdfleet_watchdog unit's second StateDirectory, owned by the watchdog's user, mod
 missing creates it owned as the watchdog's own state directory (constants.yml's ``watchdog_state_dir``,
 pdfleet.versions.WATCHDOG_STATE_DIR: callers pass it too, as ``owner_dir``). One JSON file per pair,
 ``<pair host>.json``: holder kind (watchdog | ops | rollout), who (user@machine pid N), purpose, since, expires (null:
-held until released, as a person's drain). Every change is made under an exclusive ``flock`` on ``.lock`` in that
-directory (a read-only descriptor is enough, so root and the watchdog's user share it), and files are written
-atomically (temp file, then rename). A record past its ``expires`` may be taken by anyone.
+held until released, as a person's drain), and in_gateway: whether the holder keeps the pair in the gateway while it
+holds it (true only for the half a split-fleet swap takes out, which serves until the swap; every other holder takes
+the pair out, and the gateway's registrar, pdfleet.fleet.members, leaves such a pair to it). Every change is made
+under an exclusive ``flock`` on ``.lock`` in that directory (a read-only descriptor is enough, so root and the
+watchdog's user share it), and files are written atomically (temp file, then rename). A record past its ``expires`` may be taken by anyone.
 
 The holder kind is the actor: an actor may take or drop a lease of its own kind (a rerun of the rollout, a
 restarted watchdog, `pdfleet ops undrain` of a person's drain), except a `pdfleet ops` command at work (an ops lease
@@ -23,7 +25,8 @@ one JSON request from its first argument and prints one JSON answer (``remote_co
 that carries this file's own source, so the host needs nothing of pdfleet installed):
 
     {"op": "acquire", "pair": "node2", "kind": "ops", "who": "...", "purpose": "drain", "ttl_s": null,
-     "takeover": []}                              -> {"ok": true, "changed": true, "lease": {...}, "previous": null}
+     "takeover": [], "in_gateway": false}
+                                                  -> {"ok": true, "changed": true, "lease": {...}, "previous": null}
     {"op": "release", "pair": "node2", "kind": "ops", "who": "...", "takeover": []}
     {"op": "check", ...same as acquire}           -> whether acquire would succeed; nothing written (check mode)
     {"op": "read", "pair": "node2"} / {"op": "list"}
@@ -69,6 +72,8 @@ class Lease:
     purpose: str  # restart, drain, leave_out, rollout ...
     since: float
     expires: float | None  # None: held until released
+    # the holder keeps the pair in the gateway (a split-fleet swap's serving half); False: it takes the pair out
+    in_gateway: bool = False
 
     def expired(self, now: float) -> bool:
         return self.expires is not None and now >= self.expires
@@ -80,7 +85,7 @@ class Lease:
     def from_dict(cls, doc: dict[str, Any]) -> Lease:
         expires = doc.get("expires")
         return cls(str(doc["pair"]), str(doc["kind"]), str(doc["who"]), str(doc["purpose"]), float(doc["since"]),
-                   None if expires is None else float(expires))
+                   None if expires is None else float(expires), doc.get("in_gateway") is True)
 
     def describe(self) -> str:
         until = "no expiry" if self.expires is None else f"expires {_utc(self.expires)}"
@@ -240,7 +245,7 @@ def _check(directory: Path, pair: str, kind: str, who: str, takeover: Collection
 
 def acquire(pair: str, kind: str, purpose: str, *, who: str | None = None, ttl_s: float | None = None,
             takeover: Collection[str] = (), directory: Path, owner_dir: Path | None = None,
-            now: float | None = None) -> tuple[Lease, Lease | None]:
+            now: float | None = None, in_gateway: bool = False) -> tuple[Lease, Lease | None]:
     """Take (or renew) ``pair``'s lease for ``kind``; (the lease, the one it replaced). LeaseHeld when another
     actor holds it. A renewal by the same holder keeps its ``since``. A missing store is created by root, owned
     as ``owner_dir`` (the watchdog's state directory)."""
@@ -250,7 +255,7 @@ def acquire(pair: str, kind: str, purpose: str, *, who: str | None = None, ttl_s
         held = _check(directory, pair, kind, who, takeover, now, f"taken for {purpose}")
         same = held is not None and held.kind == kind and held.who == who and not held.expired(now)
         lease = Lease(pair, kind, who, purpose, held.since if same and held else now,
-                      None if ttl_s is None else now + ttl_s)
+                      None if ttl_s is None else now + ttl_s, in_gateway)
         _write(_path(directory, pair), lease)
     return lease, held
 
@@ -316,7 +321,8 @@ def handle(request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
             ttl = request.get("ttl_s")
             lease, previous = acquire(pair, kind, str(request["purpose"]), who=request.get("who"),
                                       ttl_s=None if ttl is None else float(ttl), takeover=takeover,
-                                      directory=directory, owner_dir=owner_dir)
+                                      directory=directory, owner_dir=owner_dir,
+                                      in_gateway=request.get("in_gateway") is True)
             return 0, {"ok": True, "changed": True, "lease": lease.to_dict(),
                        "previous": previous.to_dict() if previous else None}
         if op == "check":

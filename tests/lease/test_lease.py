@@ -89,7 +89,8 @@ def test_release_refuses_another_actor_unless_taken_over(tmp_path: Path) -> None
 def test_records_are_whole_json_and_a_damaged_one_is_named(tmp_path: Path) -> None:
     lease.acquire("n", "ops", "drain", who="a", directory=tmp_path, now=5.0)
     assert json.loads((tmp_path / "n.json").read_text()) == {"pair": "n", "kind": "ops", "who": "a",
-                                                               "purpose": "drain", "since": 5.0, "expires": None}
+                                                               "purpose": "drain", "since": 5.0, "expires": None,
+                                                               "in_gateway": False}
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".n.json")] == []  # no temp file left
     (tmp_path / "n.json").write_text("{half")
     with pytest.raises(LeaseError, match=r"n\.json is unreadable"):

@@ -159,6 +159,19 @@ class RouterClient:
             raise RouterError(f"router {self.url}: POST /workers {spec.body()} answered {status}: {str(data)[:200]}")
         return self._wait(f"worker {spec.url}", lambda: self.find(spec.url), wait_s), True
 
+    def queue_add(self, spec: WorkerSpec) -> None:
+        """``POST /workers`` for ``spec`` without waiting (a queued job: ``wait_listed`` confirms a batch); an
+        answer that the URL is listed already (409) is fine."""
+        status, data = self._call("POST", "/workers", spec.body())
+        if status not in (200, 201, 202, 409):
+            raise RouterError(f"router {self.url}: POST /workers {spec.body()} answered {status}: {str(data)[:200]}")
+
+    def wait_listed(self, urls: list[str], wait_s: float = 30.0) -> None:
+        """Wait until the listing shows every one of ``urls``."""
+        want = set(urls)
+        self._wait("addition of " + ", ".join(sorted(want)), lambda: want <= {w.spec.url for w in self.workers()},
+                   wait_s)
+
     def remove(self, url: str, wait_s: float = 30.0, until_gone: bool = True) -> WorkerSpec | None:
         """Remove the worker at ``url`` and wait until it is gone (``until_gone``) or at least out of selection (smg's
         draining: it takes no new request and is dropped seconds later); returns the spec it had, None if absent."""
