@@ -11,7 +11,8 @@ held until released, as a person's drain), and in_gateway: whether the holder ke
 holds it (true only for the half a split-fleet swap takes out, which serves until the swap; every other holder takes
 the pair out, and the gateway's registrar, pdfleet.fleet.members, leaves such a pair to it). Every change is made
 under an exclusive ``flock`` on ``.lock`` in that directory (a read-only descriptor is enough, so root and the
-watchdog's user share it), and files are written atomically (temp file, then rename). A record past its ``expires`` may be taken by anyone.
+watchdog's user share it), and files are written atomically (temp file, then rename). A record past its
+``expires`` may be taken by anyone.
 
 The holder kind is the actor: an actor may take or drop a lease of its own kind (a rerun of the rollout, a
 restarted watchdog, `pdfleet ops undrain` of a person's drain), except a `pdfleet ops` command at work (an ops lease
