@@ -129,3 +129,36 @@ def test_the_lease_says_whether_its_holder_keeps_the_pair_in_the_gateway(tmp_pat
     (tmp_path / "node4.json").write_text(json.dumps({"pair": "node4", "kind": "ops", "who": "a", "purpose": "drain",
                                                      "since": 1.0, "expires": None}))
     assert lease.read("node4", tmp_path).in_gateway is False  # type: ignore[union-attr]
+
+
+def test_the_registrar_imports_with_the_standard_library_alone() -> None:
+    """It runs in the gateway's venv (smg, and the pdfleet wheel without its dependencies): no yaml, no ansible,
+    no jinja2. `python -S` leaves every site-packages out."""
+    import subprocess
+    import sys
+
+    from pdfleet.paths import REPO_ROOT
+
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import pdfleet.fleet.members; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('yaml', 'jinja2', 'ansible')))")
+    proc = subprocess.run([sys.executable, "-S", "-c", code, str(REPO_ROOT / "scripts")], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_the_fleet_package_names_what_it_exports() -> None:
+    from pdfleet.fleet import _EXPORTS
+
+    assert sorted(fleet.__all__) == sorted(_EXPORTS)
+    for name in fleet.__all__:
+        assert getattr(fleet, name) is not None
+
+
+def test_members_from_the_command_line() -> None:
+    pairs = members._members([["node1", "prefill", "http://a:1/", "8998"], ["node1", "decode", "http://a:2", "-"],
+                              ["node2", "mono", "http://b:1", "-"]])
+    assert [p.host for p in pairs] == ["node1", "node2"]
+    assert pairs[0].members[0].spec() == fleet.WorkerSpec("http://a:1", "prefill", 8998)
+    assert pairs[1].members[0].spec().worker_type == "regular"
+    with pytest.raises(ValueError, match="the role is one of"):
+        members._members([["node1", "router", "http://a:1", "-"]])

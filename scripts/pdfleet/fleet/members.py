@@ -21,8 +21,7 @@ gateway": pdfleet's actors decide membership).
 from __future__ import annotations
 
 import argparse
-import json
-import sys
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -30,10 +29,9 @@ from pathlib import Path
 
 from pdfleet import lease
 from pdfleet.fleet.http import HTTPError, call
-from pdfleet.fleet.pairs import Member, Pair, pairs_from_plan_dict
+from pdfleet.fleet.pairs import Member, Pair
 from pdfleet.fleet.router import RouterClient, RouterError, cohort_label
 from pdfleet.lease import Lease
-from pdfleet.versions import LEASE_DIR
 
 ROLE_ORDER = {"prefill": 0, "mono": 1, "decode": 2}
 
@@ -131,37 +129,56 @@ def run(router: RouterClient, pairs: list[Pair], lease_of: Callable[[str], Lease
         sleep(interval_s)
 
 
+def _members(rows: list[list[str]]) -> list[Pair]:
+    """``--member HOST ROLE URL BOOTSTRAP_PORT|-`` rows as pairs, in their order."""
+    by_host: dict[str, list[Member]] = {}
+    for host, role, url, bootstrap in rows:
+        if role not in ROLE_ORDER:
+            raise ValueError(f"--member {host} {role} {url}: the role is one of {', '.join(ROLE_ORDER)}")
+        port = None if bootstrap == "-" else int(bootstrap)
+        by_host.setdefault(host, []).append(Member(f"{host}:{role}", role, url.rstrip("/"), host, bootstrap_port=port))
+    return [Pair(h, tuple(ms)) for h, ms in by_host.items()]
+
+
+def _detach() -> bool:
+    """Fork: the parent returns True (and exits: the unit's ExecStartPost is done at once), the child goes on in the
+    unit's control group, so it is stopped with the gateway and started again with it."""
+    return os.fork() > 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pdfleet.fleet.members", description=__doc__.split("\n")[0])
-    parser.add_argument("--plan", type=Path, required=True, help="the plan document (pdfleet plan --json)")
-    parser.add_argument("--lease-dir", type=Path, default=LEASE_DIR, help=f"the pair leases ({LEASE_DIR})")
+    parser.add_argument("--gateway", required=True, help="the gateway's URL")
+    parser.add_argument("--member", nargs=4, action="append", default=[], metavar=("HOST", "ROLE", "URL", "BOOTSTRAP"),
+                        help="a planned worker: its pair's host, role (prefill, decode, mono), URL and bootstrap "
+                             "port (- for none); repeated")
+    parser.add_argument("--lease-dir", type=Path, required=True, help="the pair leases' directory (pdfleet.lease)")
+    parser.add_argument("--key-env", default="", help="the environment variable that holds the gateway's key")
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between rounds (5)")
     parser.add_argument("--rounds", type=int, default=None, help="stop after N rounds (default: until done)")
+    parser.add_argument("--detach", action="store_true",
+                        help="return at once and register in a child process (a unit's ExecStartPost)")
     args = parser.parse_args(argv)
     try:
-        doc = json.loads(args.plan.read_text())
-        router_url = str(doc["router_url"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        print(f"error: {args.plan}: not a plan document with a router_url ({e}); write it with pdfleet plan --json",
-              file=sys.stderr)
-        return 2
-    from pdfleet.routerkey import find_key
-
-    router = RouterClient(router_url, api_key=find_key())
-    pairs = list(pairs_from_plan_dict(doc).values())
+        pairs = _members(args.member)
+    except ValueError as e:
+        parser.error(str(e))
+    router = RouterClient(args.gateway, api_key=os.environ.get(args.key_env) or None if args.key_env else None)
 
     def lease_of(host: str) -> Lease | None:
         try:
             held = lease.read(host, args.lease_dir)
-        except lease.LeaseError as e:  # unreadable: treat the pair as held out (never add what a holder took out)
+        except lease.LeaseError as e:  # unreadable: the pair is held out (never add what a holder took out)
             return Lease(host, "rollout", "unknown", f"an unreadable lease record ({e})", time.time(), None)
         return None if held is None or held.expired(time.time()) else held
 
     def say(msg: str) -> None:
         print(f"pdfleet-members: {msg}", flush=True)
 
+    if args.detach and _detach():
+        return 0
     say(f"registering {sum(len(p.members) for p in pairs)} planned worker(s) of {len(pairs)} pair(s) with "
-        f"{router_url}, each under its own SGLang version's pairing protocol")
+        f"{args.gateway}, each under its own SGLang version's pairing protocol")
     result = run(router, pairs, lease_of, read_version, args.interval, say, max_rounds=args.rounds)
     return 0 if result.done else 1
 

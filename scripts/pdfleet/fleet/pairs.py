@@ -4,10 +4,12 @@ pd-4p4d; a mono instance is a pair of one), as the planner placed them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdfleet.fleet.router import WorkerSpec
-from pdfleet.planner import Plan
+
+if TYPE_CHECKING:  # the gateway's registrar imports this module where only the standard library is (members.py)
+    from pdfleet.planner import Plan
 
 
 @dataclass(frozen=True)
