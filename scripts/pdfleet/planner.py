@@ -21,6 +21,7 @@ from pdfleet.ucx import concrete_transports, misplaced_words, unknown_words, val
 from pdfleet.versions import (
     CUDA_DRIVER_FLOORS,
     CUDA_FLOOR,
+    LEASE_DIR,
     RESERVED_PORTS,
     SUPPORTED_LOG_LEVELS,
     router_module,
@@ -62,10 +63,16 @@ class Unit:
     # The pdfleet_units_secrets names this unit reads (its own 0600 secrets file): only what it needs, so a worker
     # running model code never holds the gateway's key.
     secrets: list[str] = field(default_factory=list)
+    # Run once the main process has started (systemd's ExecStartPost); smg's gateway: its registrar (members_argv)
+    exec_start_post: list[str] = field(default_factory=list)
 
     @property
     def exec_start_line(self) -> str:
         return " ".join(systemd_quote(a) for a in self.exec_start)
+
+    @property
+    def exec_start_post_line(self) -> str:
+        return " ".join(systemd_quote(a) for a in self.exec_start_post)
 
 
 @dataclass(frozen=True)
@@ -99,7 +106,8 @@ class Plan:
         out = asdict(self)
         out["gateway_host"] = self.gateway_host()
         for host, units in self.hosts.items():
-            out["hosts"][host] = [dict(asdict(u), exec_start_line=u.exec_start_line) for u in units]
+            out["hosts"][host] = [dict(asdict(u), exec_start_line=u.exec_start_line,
+                                       exec_start_post_line=u.exec_start_post_line) for u in units]
         return out
 
 
@@ -626,21 +634,24 @@ def _router_unit(c: ClusterSpec, address: str, workers: list[Unit]) -> Unit:
     argv = [python, "-m", router_module(c.sglang.router_package)]
     if r.api_key:  # the shim adds the key from the environment (ROUTER_KEY_SHIM): its target, then the arguments
         argv = with_key_shim(argv, python, ROUTER_KEY_SHIM)
+    smg = c.sglang.router_package == "smg"
+    # smg: no worker on the command line (it could not label one): the registrar adds each with its version's
+    # pairing protocol (members_argv); sglang-router 0.3.2 has no labels and takes them here
+    listed = [] if smg else workers
     if c.profile in PD_PROFILES:
         argv += ["--pd-disaggregation"]
-        for w in workers:
+        for w in listed:
             if w.role == "prefill":
                 argv += ["--prefill", w.url, str(w.ports["bootstrap_port"])]
-        for w in workers:
+        for w in listed:
             if w.role == "decode":
                 argv += ["--decode", w.url]
         argv += ["--prefill-policy", r.prefill_policy, "--decode-policy", r.decode_policy]
     else:
-        argv += ["--worker-urls", *[w.url for w in workers], "--policy", r.policy]
+        argv += ["--worker-urls", *[w.url for w in listed], "--policy", r.policy]
     argv += ["--host", address, "--port", str(r.port),
              "--prometheus-host", address, "--prometheus-port", str(r.metrics_port),
              "--health-check-interval-secs", str(r.health_check_interval_secs)]
-    smg = c.sglang.router_package == "smg"
     if smg:  # the gateway's own resilience settings, from the plan (RouterSpec; README "The gateway")
         argv += ["--health-failure-threshold", str(r.health_failure_threshold),
                  "--health-success-threshold", str(r.health_success_threshold),
@@ -661,4 +672,18 @@ def _router_unit(c: ClusterSpec, address: str, workers: list[Unit]) -> Unit:
         ports={"port": r.port, "metrics_port": r.metrics_port}, after=[w.name for w in workers if w.host == r.host],
         timeout_stop_s=r.shutdown_grace_s + 15 if smg else 30, url=f"http://{address}:{r.port}",
         secrets=[ROUTER_KEY_ENV] if r.api_key else [],
+        exec_start_post=members_argv(c, f"http://{address}:{r.port}", workers) if smg else [],
     )
+
+
+def members_argv(c: ClusterSpec, gateway: str, workers: list[Unit]) -> list[str]:
+    """The gateway's registrar (pdfleet.fleet.members, from the pdfleet wheel in the gateway's venv), detached from
+    the unit's ExecStartPost: every planned worker registered under its own SGLang version's pairing protocol, so a
+    gateway that restarts never pairs two versions (README, "The gateway")."""
+    argv = [f"{c.sglang.router_venv}/bin/python", "-m", "pdfleet.fleet.members", "--detach", "--gateway", gateway,
+            "--lease-dir", str(LEASE_DIR)]
+    if c.router.api_key:
+        argv += ["--key-env", ROUTER_KEY_ENV]
+    for w in workers:
+        argv += ["--member", w.host, w.role, w.url, str(w.ports.get("bootstrap_port", "-"))]
+    return argv

@@ -40,7 +40,8 @@ def environment(template_dir: Path = TEMPLATE_DIR) -> jinja2.Environment:
 def unit_context(unit: Unit, plan: Plan) -> dict[str, object]:
     """The variables a unit's templates see; the Ansible role passes the same two."""
     return {
-        "pdfleet_units_unit": dict(asdict(unit), exec_start_line=unit.exec_start_line),
+        "pdfleet_units_unit": dict(asdict(unit), exec_start_line=unit.exec_start_line,
+                                   exec_start_post_line=unit.exec_start_post_line),
         "pdfleet_units_service": plan.service,
         "ansible_managed": ANSIBLE_MANAGED,
     }
