@@ -152,14 +152,14 @@ async def serve(args: WorkerArgs, settings: SimSettings, stop: asyncio.Event) ->
 
 def _sglang_version(args: WorkerArgs, settings: SimSettings) -> str:
     """The SGLang version the worker reports; required only where the real KV path needs it."""
-    from pdfleet_sim.worker.kvfake import FAKE_VERSION
+    from pdfleet_sim.worker.kvfake import fake_version
     from pdfleet_sim.worker.kvreal import installed_sglang_version
 
     if settings.kv_backend == "fake" or not args.is_pd:
         try:
             return installed_sglang_version()
         except RuntimeError:
-            return FAKE_VERSION
+            return fake_version()
     return installed_sglang_version()
 
 

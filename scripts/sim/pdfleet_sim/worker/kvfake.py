@@ -10,6 +10,7 @@ unknown is logged and skipped). The real thing lives in :mod:`pdfleet_sim.worker
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import uuid
 
@@ -18,6 +19,12 @@ from pdfleet_sim.worker.kv import GUARD, DecodePeer, KVPoll, ThreadState, TPPref
 logger = logging.getLogger("pdfleet_sim.worker.kvfake")
 
 FAKE_VERSION = "0.0.0+fake"
+# The version the light stand-in reports instead (tests of what reads it: two cohorts of "versions" on one machine).
+FAKE_VERSION_ENV = "PDFLEET_SIM_FAKE_VERSION"
+
+
+def fake_version() -> str:
+    return os.environ.get(FAKE_VERSION_ENV) or FAKE_VERSION
 
 
 def fake_prefill_kv(bind_ip: str, tp_size: int = 1, abort_kills_thread: bool = False) -> TPPrefillKV:
@@ -58,7 +65,7 @@ class FakePrefillKV:
 
     @property
     def sglang_version(self) -> str:
-        return FAKE_VERSION
+        return fake_version()
 
     def _set(self, room: int, status: int) -> None:
         # SGLang's rules: Failed is sticky, other states only move forward, and a cleared room
