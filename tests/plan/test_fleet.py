@@ -44,12 +44,26 @@ def test_fleet_example_plans_every_pair_behind_one_router() -> None:
         assert units["prefill"].cuda_visible_devices == "0,1,2,3" and units["decode"].cuda_visible_devices == "4,5,6,7"
         assert units["prefill"].name == f"pdfleet-prefill{i}"
     router = plan.hosts["router01"][0]
-    argv = router.exec_start
-    assert argv.count("--prefill") == 3 and argv.count("--decode") == 3
-    assert "http://192.0.2.23:30000" in argv and "http://192.0.2.21:30001" in argv
+    # smg lists no worker on its command line; its registrar (ExecStartPost) gets every planned one, with its pair
+    assert "--prefill" not in router.exec_start and "--decode" not in router.exec_start
+    post = router.exec_start_post
+    assert post[1:4] == ["-m", "pdfleet.fleet.members", "--detach"] and post[0] == "/opt/pdfleet/gateway/bin/python"
+    rows = [post[i + 1:i + 5] for i, a in enumerate(post) if a == "--member"]
+    assert len(rows) == 6 and ["gpu03", "prefill", "http://192.0.2.23:30000", "8998"] in rows
+    assert ["gpu01", "decode", "http://192.0.2.21:30001", "-"] in rows
+    assert post[post.index("--lease-dir") + 1] == "/var/lib/pdfleet-leases"
     assert router.after == []  # no worker shares its host
     # The router host is not a GPU host: provisioning (driver, CUDA, NIXL) reads host_specs and worker units.
     assert "router01" not in plan.host_specs and sorted(plan.host_specs) == ["gpu01", "gpu02", "gpu03"]
+
+
+def test_the_old_router_lists_its_workers_and_has_no_registrar(tmp_path: Path) -> None:
+    """sglang-router 0.3.2 has no labels: its workers stay on its command line, and nothing registers them."""
+    cluster = apply_edits(BASE, {"set": {"sglang.router_package": "sglang-router", "sglang.router_version": "0.3.2"}})
+    plan = plan_inventory(_inventory(tmp_path, cluster))
+    router = plan.hosts["router01"][0]
+    assert router.exec_start.count("--prefill") == 3 and router.exec_start.count("--decode") == 3
+    assert router.exec_start_post == []
 
 
 def test_sim_fleet_inventory_plans() -> None:

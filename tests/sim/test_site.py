@@ -304,3 +304,44 @@ def test_a_cluster_moves_between_routers_by_a_converge(converged: ScratchCluster
         converged.wait_ready()
         assert converged.chat("hi")["usage"]["completion_tokens"] > 0
         assert recap(converged.playbook(SITE, "--skip-tags", "verify").stdout, "node1")["changed"] == 0
+
+
+def _labels(cluster: ScratchCluster) -> dict[str, str]:
+    """Each listed worker's pairing protocol, as the gateway reports it."""
+    from pdfleet import fleet
+
+    client = fleet.RouterClient(cluster.router_url, api_key=cluster.router_key)
+    return {w.spec.url: w.spec.pairing for w in client.workers()}
+
+
+@pytest.mark.mutates
+def test_a_gateway_that_restarts_registers_each_worker_under_its_version(converged: ScratchCluster) -> None:
+    """smg's unit lists no worker; its registrar (ExecStartPost, detached in the unit) registers each planned worker
+    under the protocol of the version the worker reports, with the gateway's key from the unit's secrets file. A
+    `kill -9` of the gateway: systemd starts it again, the registrar runs again, the same labels come back and it
+    serves (a gateway that restarts mid-swap never pairs two versions: tests/simworker/test_gateway_members.py)."""
+    assert "--prefill" not in _router_exec(converged) and "--decode" not in _router_exec(converged)
+    post = converged.ssh("systemctl show -p ExecStartPost --value pdfleet-router").stdout
+    assert "pdfleet.fleet.members" in post and "--detach" in post, post
+    version = str(json.loads(converged.ssh("cat /opt/pdfleet/venv/pdfleet-record.json").stdout)["version"])
+    planned = {f"http://{converged.address}:30000", f"http://{converged.address}:30001"}
+    assert _labels(converged) == dict.fromkeys(planned, f"sglang-{version}")
+    pid = _main_pids(converged, ("pdfleet-router",))["pdfleet-router"]
+    assert converged.ssh("systemctl kill -s KILL pdfleet-router").returncode == 0
+    wait_for("the gateway started again", lambda: _main_pids(converged, ("pdfleet-router",))["pdfleet-router"]
+             not in (pid, "0"), 60)
+    wait_for("both workers registered again", lambda: _safe_labels(converged) == dict.fromkeys(
+        planned, f"sglang-{version}"), 90)
+    converged.wait_ready()
+    assert converged.chat("hi after the gateway's restart")["usage"]["completion_tokens"] > 0
+    journal = converged.ssh("journalctl -u pdfleet-router -o cat --no-pager -n 200").stdout
+    assert journal.count("pdfleet-members: every planned worker is registered") >= 1, journal[-3000:]
+    # the registrar of the killed gateway went with it: one process per start, none left over
+    assert converged.ssh("pgrep -f '[p]dfleet[.]fleet[.]members'").stdout.split() == [], "a registrar is still running"
+
+
+def _safe_labels(cluster: ScratchCluster) -> dict[str, str] | None:
+    try:
+        return _labels(cluster)
+    except Exception:  # the gateway is starting
+        return None
