@@ -174,3 +174,68 @@ def test_a_swap_killed_after_its_first_drain_serves_one_version_and_a_rerun_fini
     assert status.returncode == 0, status.stdout
     again = rollout(c)
     assert again.rc == 0 and all(v["changed"] == 0 for v in again.recap().values()), again.stdout[-3000:]
+
+
+def test_a_gateway_killed_in_the_middle_of_a_swap_serves_one_version_and_a_rerun_finishes_it(
+        sim_fleet: ScratchCluster) -> None:
+    """The swap up again; the moment the gateway lists the new cohort beside the old one, its process gets SIGKILL.
+    systemd starts it again with no worker on its command line, and its registrar registers each worker under its
+    own version: the old half (the swap's in_gateway lease), not the new half (still held out by the rollout's
+    per-host leases). The fleet serves on one version, nothing is ever paired across versions, and a rerun of the
+    rollout finishes the swap (issue 28 item 3)."""
+    c = sim_fleet
+    c.set_model("sglang", version="0.5.23", patch="nixl-guard-v2")
+    killed_at: list[float] = []
+    with PairingWatch(_pairs(c)) as watch, Load(c.router_url, c.model) as load:
+        proc = subprocess.Popen([str(BIN / "ansible-playbook"), "-i", str(c.inventory), str(ROLLOUT),
+                                 "-e", f"pdfleet_rollout_reports_dir={c.reports_dir / 'gateway-killed'}"],
+                                cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            deadline = time.monotonic() + 900
+            while time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    labels = {str((w.get("labels") or {}).get("pairing_protocol")) for w in _listed(c)}
+                except OSError:
+                    labels = set()
+                if {"sglang-0.5.15.post1", "sglang-0.5.23"} <= labels:  # both cohorts listed: the swap is under way
+                    kill = c.ssh("systemctl kill -s KILL pdfleet-router", host="router1")
+                    assert kill.returncode == 0, kill.stderr
+                    killed_at.append(time.monotonic())
+                    break
+                time.sleep(0.1)
+            first = proc.communicate(timeout=900)[0]
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+        assert killed_at, "the swap never listed both cohorts:\n" + first[-4000:]
+        # the gateway is back: one version listed (the old half), under its own protocol
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if len(_listed(c)) == 2 and _listed_versions(c) == {"0.5.15.post1"}:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        listed = _listed(c)
+        assert len(listed) == 2 and _listed_versions(c) == {"0.5.15.post1"}, listed
+        assert all(w["labels"]["pairing_protocol"] == "sglang-0.5.15.post1" for w in listed), listed
+        back_at, back_epoch = time.monotonic(), time.time()
+        time.sleep(10)  # serving on the old half alone
+        run = rollout(c)
+    s = load.summary()
+    load.dump(c.reports_dir / "load-gateway-killed.json")
+    print(f"gateway killed mid-swap: first run rc {proc.returncode}; the gateway back with one version "
+          f"{back_at - killed_at[0]:.1f} s after the kill; rerun {run.seconds:.0f} s rc {run.rc}; load {s}; "
+          f"pairing {watch.paired} in {watch.samples} samples")
+    assert proc.returncode != 0, first[-4000:]  # the swap lost its gateway: the run stops there
+    assert watch.samples > 0 and not watch.mixed, watch.mixed[:5]
+    assert run.rc == 0, run.stdout[-6000:]
+    assert len(_listed(c)) == 6 and _listed_versions(c) == {"0.5.23"}
+    # requests fail only while the gateway process is down (the kill cut them), none that started after it was back
+    late = [o for o in load.outcomes if o.kind != "ok" and o.started > back_epoch]
+    assert s["ok"] > 0 and not late, late[:5]
+    status = _pdfleet("rollout", "status", "-i", str(c.inventory))
+    assert status.returncode == 0, status.stdout

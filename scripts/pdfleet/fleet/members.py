@@ -101,7 +101,7 @@ def register_round(router: RouterClient, pairs: list[Pair], lease_of: Callable[[
 
 
 def run(router: RouterClient, pairs: list[Pair], lease_of: Callable[[str], Lease | None],
-        version_of: Callable[[str], tuple[str | None, str]], interval_s: float = 5.0,
+        version_of: Callable[[str], tuple[str | None, str]], interval_s: float = 1.0,
         log: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep,
         max_rounds: int | None = None) -> Round:
     """Rounds until every planned worker is listed or held out (or ``max_rounds``); each addition and each change
@@ -154,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                              "port (- for none); repeated")
     parser.add_argument("--lease-dir", type=Path, required=True, help="the pair leases' directory (pdfleet.lease)")
     parser.add_argument("--key-env", default="", help="the environment variable that holds the gateway's key")
-    parser.add_argument("--interval", type=float, default=5.0, help="seconds between rounds (5)")
+    # a second: the verification play waits for each worker's /health, then its config gate wants it listed
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between rounds (1)")
     parser.add_argument("--rounds", type=int, default=None, help="stop after N rounds (default: until done)")
     parser.add_argument("--detach", action="store_true",
                         help="return at once and register in a child process (a unit's ExecStartPost)")
