@@ -18,6 +18,7 @@ class FakeWorker:
     loads: Any = None
     metrics_text: str | None = None
     chats: list[dict[str, Any]] = field(default_factory=list)
+    version: str | None = None  # what /server_info reports (None: 404)
     server: ThreadingHTTPServer | None = None
 
     @property
@@ -45,6 +46,8 @@ class FakeWorker:
                     self._send(200, fake.loads)
                 elif self.path == "/metrics" and fake.metrics_text is not None:
                     self._send(200, fake.metrics_text, "text/plain")
+                elif self.path == "/server_info" and fake.version is not None:
+                    self._send(200, {"version": fake.version})
                 else:
                     self._send(404, {"detail": "Not Found"})
 

@@ -162,3 +162,43 @@ def test_members_from_the_command_line() -> None:
     assert pairs[1].members[0].spec().worker_type == "regular"
     with pytest.raises(ValueError, match="the role is one of"):
         members._members([["node1", "router", "http://a:1", "-"]])
+
+
+def test_detached_it_returns_at_once_and_registers_in_the_background(router: FakeRouter, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The router unit's ExecStartPost: the command exits 0 at once; its child registers the workers (reading their
+    /server_info) with the key from the named environment variable."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from pdfleet.paths import REPO_ROOT
+
+    from .fakes import FakeWorker
+
+    prefill, decode = FakeWorker(version="0.5.23").start(), FakeWorker(version="0.5.23").start()
+    try:
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "scripts"), "GATEWAY_KEY": "k3y"}
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "pdfleet.fleet.members", "--detach", "--gateway", router.url,
+                               "--lease-dir", str(tmp_path), "--key-env", "GATEWAY_KEY", "--interval", "0.1",
+                               "--member", "node1", "prefill", prefill.url, "8998",
+                               "--member", "node1", "decode", decode.url, "-"],
+                              env=env, capture_output=True, text=True, timeout=30, check=False)
+        assert proc.returncode == 0 and time.monotonic() - t0 < 10, proc.stdout + proc.stderr
+        client = fleet.RouterClient(router.url, poll_interval_s=0.05)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(client.workers()) < 2:
+            time.sleep(0.1)
+        assert {w.spec.url: w.spec.pairing for w in client.workers()} == {prefill.url: "sglang-0.5.23",
+                                                                          decode.url: "sglang-0.5.23"}
+    finally:
+        prefill.stop()
+        decode.stop()
+
+
+def test_a_bad_member_row_is_a_usage_error(capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit) as exc:
+        members.main(["--gateway", "http://127.0.0.1:9", "--lease-dir", "/nonexistent",
+                      "--member", "node1", "router", "http://a:1", "-"])
+    assert exc.value.code == 2 and "the role is one of prefill, mono, decode" in capsys.readouterr().err
