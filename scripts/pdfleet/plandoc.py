@@ -28,7 +28,6 @@ from pdfleet.versions import (
     CONSTANTS,
     LEASE_DIR,
     MODEL_MANIFEST_NAME,
-    OVERLAY_REQUIREMENTS,
     RECORD_NAME,
     WATCHDOG_STATE_DIR,
 )
@@ -55,7 +54,7 @@ def plan_document(plan: Plan) -> dict[str, Any]:
                          "sglang_patch": roleinputs.patch_facts(str(plan.sglang["version"]))}
     # What the pinned SGLang resolves each worker to (pdfleet.launchcheck, committed), or how to resolve it.
     doc["effective_settings"] = launchstore.effective_settings(plan)
-    doc["sim_packages"] = list(OVERLAY_REQUIREMENTS.get(str(plan.sglang["version"]), ()))
+    doc["sim_packages"] = roleinputs.sim_packages(str(plan.sglang["version"]))
     # A JSON round trip, so the document is exactly what a file or the CLI would carry.
     return json.loads(json.dumps(doc))
 

@@ -9,6 +9,7 @@ from pdfleet.patch.manifest import load_manifest
 from pdfleet.rollout import plan as rp
 from pdfleet.rollout import report
 from pdfleet.rollout.state import HostState, expected
+from pdfleet.versions import OVERLAY_REQUIREMENTS
 
 PRISTINE = expected("0.5.15.post1", False)
 PATCHED = expected("0.5.15.post1", True)
@@ -89,6 +90,12 @@ def test_version_change_is_a_split_swap() -> None:
     swap = next(s for s in plan.steps if s["step"] == "swap")
     assert swap["hosts_in"] == ["node1", "node2"] and swap["hosts_out"] == ["node3"]
     assert {a.host: a.readd for a in plan.actions} == {"node1": "swap", "node2": "swap", "node3": "now"}
+    # a rollback installs the previous version with its own overlay in sim mode, not the target's (a version
+    # swap's canary that fails its gate: 0.5.15.post1 beside 0.5.23's transformers did not start again)
+    actions = plan.to_dict()["actions"]["node1"]
+    assert actions["previous_vars"]["sglang_sim_packages"] == list(OVERLAY_REQUIREMENTS["0.5.15.post1"])
+    assert actions["target_vars"]["sglang_sim_packages"] == list(OVERLAY_REQUIREMENTS["0.5.23"])
+    assert OVERLAY_REQUIREMENTS["0.5.15.post1"] != OVERLAY_REQUIREMENTS["0.5.23"]
 
 
 def test_version_change_on_one_pair_is_host_by_host() -> None:

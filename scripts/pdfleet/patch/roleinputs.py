@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from pdfleet.patch import manifest as patches
+from pdfleet.versions import OVERLAY_REQUIREMENTS
 
 
 def patch_facts(version: str) -> dict[str, Any]:
@@ -26,6 +27,12 @@ def patch_file(version: str) -> str:
 
 
 def sglang_inputs(version: str, patched: bool) -> dict[str, Any]:
-    """The sglang role's inputs that install exactly ``version``, patched or pristine."""
+    """The sglang role's inputs that install exactly ``version``, patched or pristine (in sim mode with that
+    version's own overlay requirements: a rollback to another version must not keep the target's)."""
     return {"sglang_version": version, "sglang_apply_patch": patched, "sglang_patch": patch_facts(version),
-            "sglang_patch_file": patch_file(version)}
+            "sglang_patch_file": patch_file(version), "sglang_sim_packages": sim_packages(version)}
+
+
+def sim_packages(version: str) -> list[str]:
+    """What sim mode installs without dependencies beside ``version`` (pdfleet.versions.OVERLAY_REQUIREMENTS)."""
+    return list(OVERLAY_REQUIREMENTS.get(version, ()))
