@@ -320,7 +320,8 @@ def test_a_gateway_that_restarts_registers_each_worker_under_its_version(converg
     under the protocol of the version the worker reports, with the gateway's key from the unit's secrets file. A
     `kill -9` of the gateway: systemd starts it again, the registrar runs again, the same labels come back and it
     serves (a gateway that restarts mid-swap never pairs two versions: tests/simworker/test_gateway_members.py)."""
-    assert "--prefill" not in _router_exec(converged) and "--decode" not in _router_exec(converged)
+    argv = _router_exec(converged).split()  # (--prefill-policy and --decode-policy are there: whole words only)
+    assert "--prefill" not in argv and "--decode" not in argv, argv
     post = converged.ssh("systemctl show -p ExecStartPost --value pdfleet-router").stdout
     assert "pdfleet.fleet.members" in post and "--detach" in post, post
     version = str(json.loads(converged.ssh("cat /opt/pdfleet/venv/pdfleet-record.json").stdout)["version"])
