@@ -8,11 +8,14 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pdfleet_sim.testing.localpd import HOST, REPO_ROOT, free_port, http_get, http_json, stop_process
+from pdfleet_sim.testing.simclient import chat_body
 
 
 class Worker:
@@ -58,6 +61,25 @@ def wait_until(pred: Callable[[], bool], timeout: float, what: str, interval: fl
             return
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def chat_status(gateway_url: str, model: str) -> int:
+    """One short chat request through a gateway: its HTTP status, or 0 when the connection failed."""
+    req = urllib.request.Request(gateway_url + "/v1/chat/completions", data=json.dumps(chat_body(model, "hi", 4, False))
+                                 .encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            resp.read()
+            return resp.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return 0
+
+
+def prefill_peers(decode_url: str) -> dict[str, int]:
+    """The simulated decode's count of requests per prefill bootstrap address it was paired with."""
+    return json.loads(http_get(decode_url + "/pdfleet/sim")[1])["prefill_peers"]
 
 
 def stage_counts(url: str) -> dict[str, int]:

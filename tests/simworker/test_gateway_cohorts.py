@@ -12,36 +12,17 @@ once saw all 40 on pair b), and the protocol check could pass without ever being
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 from pdfleet import fleet
-from pdfleet_sim.testing.localpd import LocalPD, RouterSpec, http_get
-from pdfleet_sim.testing.simclient import chat_body
+from pdfleet_sim.testing.localpd import LocalPD, RouterSpec
+
+from .helpers import chat_status, prefill_peers
 
 pytestmark = pytest.mark.slow
-
-
-def _peers(decode_url: str) -> dict[str, int]:
-    return json.loads(http_get(decode_url + "/pdfleet/sim")[1])["prefill_peers"]
-
-
-def _chat(router_url: str, model: str) -> int:
-    req = urllib.request.Request(router_url + "/v1/chat/completions", data=json.dumps(chat_body(model, "hi", 4, False))
-                                 .encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=20) as resp:
-            resp.read()
-            return resp.status
-    except urllib.error.HTTPError as e:
-        return e.code
-    except OSError:
-        return 0
 
 
 def _specs(pd: LocalPD) -> list[fleet.WorkerSpec]:
@@ -71,9 +52,9 @@ def test_without_protocols_smg_pairs_across_the_two_pairs(two_pairs: tuple[Local
     while time.monotonic() < fleet_wait and sum(w.status == "ready" for w in client.workers()) < 4:
         time.sleep(0.2)
     for _ in range(40):
-        assert _chat(a.router_url, a.model) == 200
-    crossed = _peers(a.decode_url).get(_addr(b), 0) + _peers(b.decode_url).get(_addr(a), 0)
-    assert crossed > 0, (_peers(a.decode_url), _peers(b.decode_url))
+        assert chat_status(a.router_url, a.model) == 200
+    crossed = prefill_peers(a.decode_url).get(_addr(b), 0) + prefill_peers(b.decode_url).get(_addr(a), 0)
+    assert crossed > 0, (prefill_peers(a.decode_url), prefill_peers(b.decode_url))
 
 
 def test_the_cohort_swap_never_pairs_across_and_drops_nothing(two_pairs: tuple[LocalPD, LocalPD]) -> None:
@@ -84,7 +65,7 @@ def test_the_cohort_swap_never_pairs_across_and_drops_nothing(two_pairs: tuple[L
 
     def load() -> None:
         while not stop.is_set():
-            statuses.append(_chat(a.router_url, a.model))
+            statuses.append(chat_status(a.router_url, a.model))
             time.sleep(0.05)
 
     t = threading.Thread(target=load, daemon=True)
@@ -99,7 +80,7 @@ def test_the_cohort_swap_never_pairs_across_and_drops_nothing(two_pairs: tuple[L
         t.join(30)
     assert res["gap_s"] == 0.0 and res["cohorts"] == ["sglang-old", "sglang-new"], res
     assert statuses and all(s == 200 for s in statuses), sorted(set(statuses))
-    peers_a, peers_b = _peers(a.decode_url), _peers(b.decode_url)
+    peers_a, peers_b = prefill_peers(a.decode_url), prefill_peers(b.decode_url)
     assert set(peers_a) == {_addr(a)} and set(peers_b) == {_addr(b)}, (peers_a, peers_b)
     assert peers_b[_addr(b)] > 0, "the new cohort never served"
     assert {w.spec.url for w in client.workers()} == {b.prefill_url, b.decode_url}

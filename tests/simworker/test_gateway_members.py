@@ -8,11 +8,8 @@ same two pairs, unlabelled (as smg's command line lists them), cross on a good s
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +17,8 @@ import pytest
 from pdfleet import fleet, lease
 from pdfleet.fleet import members
 from pdfleet_sim.testing.localpd import HOST, LocalPD, RouterSpec, free_port, http_get, stop_process
-from pdfleet_sim.testing.simclient import chat_body
+
+from .helpers import chat_status, prefill_peers
 
 pytestmark = pytest.mark.slow
 
@@ -70,21 +68,6 @@ def _argv(gateway: str, leases: Path, *pds: tuple[str, LocalPD]) -> list[str]:
     return argv
 
 
-def _chat(url: str) -> int:
-    req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(chat_body("dsv4-sim", "hi", 4, False))
-                                 .encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=20) as resp:
-            resp.read()
-            return resp.status
-    except urllib.error.HTTPError as e:
-        return e.code
-
-
-def _peers(pd: LocalPD) -> dict[str, int]:
-    return json.loads(http_get(pd.decode_url + "/pdfleet/sim")[1])["prefill_peers"]
-
-
 def test_each_worker_is_registered_under_its_versions_protocol_and_never_crosses(
         gateway: str, two_versions: tuple[LocalPD, LocalPD], tmp_path: Path) -> None:
     a, b = two_versions
@@ -97,9 +80,9 @@ def test_each_worker_is_registered_under_its_versions_protocol_and_never_crosses
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and sum(w.status == "ready" for w in client.workers()) < 4:
         time.sleep(0.2)
-    statuses = [_chat(gateway) for _ in range(40)]
+    statuses = [chat_status(gateway, "dsv4-sim") for _ in range(40)]
     assert statuses == [200] * 40, statuses
-    peers_a, peers_b = _peers(a), _peers(b)
+    peers_a, peers_b = prefill_peers(a.decode_url), prefill_peers(b.decode_url)
     assert set(peers_a) == {f"127.0.0.1:{a.bootstrap_port}"} and set(peers_b) == {f"127.0.0.1:{b.bootstrap_port}"}, \
         (peers_a, peers_b)  # both cohorts served (random picks), neither across
 
