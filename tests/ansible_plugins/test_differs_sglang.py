@@ -16,7 +16,7 @@ import pytest
 from ansible.plugins.filter.core import to_nice_json
 from pdfleet.patch.roleinputs import sglang_inputs
 
-from ansible_plugins.probes import load_probe, run_probe
+from ansible_plugins.probes import ROLES, load_probe, run_probe
 
 SGLANG = load_probe("sglang")
 VENV = "/opt/pdfleet/venv"
@@ -218,3 +218,57 @@ def test_the_whole_probe_finds_everything_to_do_on_a_bare_host(tmp_path: Path) -
     assert out["sim_missing"] == ["sglang==0.5.23", "foo-bar==1.0", "x-y==2"]
     pypi = run_probe("sglang", bare | {"want": bare["want"] | {"install_mode": "pypi"}})
     assert pypi["differs"] == NONE | {"debs": True, "pypi_stack": True} and pypi["sim_missing"] == []
+
+
+# The gateway's venv against its hash lock (probe.router): the shipped smg lock itself, the venv in tmp_path.
+
+GATEWAY_LOCK = ROLES / "sglang" / "files" / "gateway" / "smg-1.13.0.lock"
+
+
+def _gateway(tmp_path: Path, python: str = "3.11") -> tuple[dict, Path]:
+    """Settings for a router venv at tmp_path/gateway with every requirement of the shipped lock for ``python``
+    installed and the lock file written as the role writes it; the venv's site-packages."""
+    venv = tmp_path / "gateway"
+    lib = venv / "lib" / f"python{python}" / "site-packages"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    text = GATEWAY_LOCK.read_text()
+    for pin in SGLANG.router_missing(text, python, set()):
+        name, _sep, version = pin.partition("==")
+        (lib / f"{name.replace('-', '_')}-{version}.dist-info").mkdir(parents=True)
+    state = {"mode": "0644", "owner": pwd.getpwuid(os.geteuid()).pw_name, "group": grp.getgrgid(os.getegid()).gr_name}
+    lock = venv / "pdfleet-gateway.lock"
+    _write(lock, text)
+    return {"venv": str(venv), "lock": state | {"path": str(lock), "content": text}}, lib
+
+
+def test_the_lock_requirements_of_a_python_are_those_without_a_marker_or_with_its_own() -> None:
+    text = ("# From: a==1\n"
+            "a==1 \\\n    --hash=sha256:" + "a" * 64 + "\n"
+            'b==2 ; python_version == "3.10" \\\n    --hash=sha256:' + "b" * 64 + "\n"
+            'B_c==3 ; python_version == "3.11" or python_version == "3.12" \\\n    --hash=sha256:' + "c" * 64 + "\n")
+    assert SGLANG.router_missing(text, "3.10", set()) == ["a==1", "b==2"]
+    assert SGLANG.router_missing(text, "3.11", set()) == ["a==1", "b-c==3"]
+    assert SGLANG.router_missing(text, "3.12", {"b-c==3"}) == ["a==1"]
+    assert SGLANG.router_missing(text, "3.11", {"a==1", "b-c==3", "b==2"}) == []
+
+
+def test_a_router_venv_that_matches_its_lock_differs_in_nothing(tmp_path: Path) -> None:
+    router, _lib = _gateway(tmp_path)
+    cfg, _ = _converged_host(tmp_path / "service")
+    out = run_probe("sglang", cfg | {"router": router})
+    assert out["router"] == {"python": "3.11", "missing": [], "differs": False}, out["router"]
+    assert run_probe("sglang", cfg)["router"] is None  # not the router host
+
+
+def test_a_router_venv_differs_without_a_locked_package_the_lock_file_or_the_venv(tmp_path: Path) -> None:
+    router, lib = _gateway(tmp_path)
+    cfg, _ = _converged_host(tmp_path / "service")
+    (lib / "grpcio-1.85.3.dist-info").rename(lib / "grpcio-1.86.0.dist-info")  # a dependency that floated
+    out = run_probe("sglang", cfg | {"router": router})["router"]
+    assert out == {"python": "3.11", "missing": ["grpcio==1.85.3"], "differs": True}, out
+    (lib / "grpcio-1.86.0.dist-info").rename(lib / "grpcio-1.85.3.dist-info")
+    Path(router["lock"]["path"]).write_text("# an older lock\n")
+    assert run_probe("sglang", cfg | {"router": router})["router"]["differs"] is True
+    out = run_probe("sglang", cfg | {"router": router | {"venv": str(tmp_path / "none")}})["router"]
+    assert out == {"python": "", "missing": [], "differs": True}, out

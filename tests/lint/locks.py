@@ -9,6 +9,9 @@ distribution's Python and glibc, on x86-64 Linux) and write the lock file; check
 
     .venv/bin/python tests/lint/locks.py watchdog            # rewrite the role's files/requirements.lock
     .venv/bin/python tests/lint/locks.py watchdog --check    # exit 1 (naming the difference) when the pins changed
+    .venv/bin/python tests/lint/locks.py gateway             # the gateway's venv at constants.yml's router pin
+    .venv/bin/python tests/lint/locks.py gateway --pin smg==1.14.0   # another release's (the sglang role's
+                                                                     # files/gateway/<name>-<version>.lock)
 
 A maintainer's tool beside role_readmes.py (it writes a role's file), not part of the pdfleet package: the package
 and the roles meet only through the plan. tests/lint/test_locks.py holds the shipped lock current.
@@ -41,19 +44,46 @@ class LockError(Exception):
 
 @dataclass(frozen=True)
 class LockSpec:
-    """Where a lock's top-level pins live (a role's defaults) and where its lock file goes."""
+    """Where a lock's top-level pins live (a role's defaults, or given) and where its lock file goes."""
 
-    defaults: Path  # a YAML file holding the pins
+    defaults: Path | None  # a YAML file holding the pins (None: ``pins``)
     key: str  # the list of "name==version" pins in it
     path: Path  # the lock file
     what: str  # for the header
+    pins: tuple[str, ...] = ()  # the pins themselves, where there is no defaults file
+    command: str = ""  # the tool's arguments that make this lock (the header and the fixes name them)
 
 
 ROLES = Path(__file__).resolve().parents[2] / "ansible" / "roles"
+# The gateway's locks, one per router release (the sglang role installs files/gateway/<name>-<version>.lock of the
+# plan's router_package and router_version into the router's venv).
+GATEWAY_LOCKS = ROLES / "sglang" / "files" / "gateway"
+# The release of each router package the bundle ships a lock for: constants.yml's pin (smg), and sglang-router's last
+# release (the router of SGLang's tree, still accepted as pdfleet_cluster.sglang.router_package).
+GATEWAY_PIN = f"{CONSTANTS['pins']['sglang_router_package']}=={CONSTANTS['pins']['sglang_router_version']}"
+SGLANG_ROUTER_PIN = "sglang-router==0.3.2"
+
+
+def gateway_spec(pin: str, command: str = "") -> LockSpec:
+    """The lock of the gateway's venv for one router release, "smg==1.13.0" (``command``: the tool's arguments
+    that make it, if not `gateway --pin PIN`)."""
+    package, sep, version = pin.partition("==")
+    if not sep or not package or not version or "/" in pin or pin.strip() != pin:
+        raise LockError(f"{pin!r}: a gateway pin is name==version (smg==1.13.0)")
+    return LockSpec(None, "", GATEWAY_LOCKS / f"{_canonical(package)}-{version}.lock",
+                    f"the gateway's virtualenv ({pin})", (pin,), command or f"gateway --pin {pin}")
+
+
+def _canonical(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
 LOCKS: dict[str, LockSpec] = {
     "watchdog": LockSpec(ROLES / "pdfleet_watchdog" / "defaults" / "main.yml", "pdfleet_watchdog_python_packages",
                          ROLES / "pdfleet_watchdog" / "files" / "requirements.lock",
-                         "the pdfleet_watchdog role's virtualenv"),
+                         "the pdfleet_watchdog role's virtualenv", command="watchdog"),
+    "gateway": gateway_spec(GATEWAY_PIN, "gateway"),
+    "gateway-sglang-router": gateway_spec(SGLANG_ROUTER_PIN, "gateway-sglang-router"),
 }
 
 
@@ -82,6 +112,8 @@ def targets() -> list[Target]:
 
 
 def pins_of(spec: LockSpec) -> list[str]:
+    if spec.defaults is None:
+        return sorted(spec.pins, key=str.lower)
     data = yaml.safe_load(spec.defaults.read_text())
     pins = data.get(spec.key) if isinstance(data, dict) else None
     if not isinstance(pins, list) or not all(isinstance(p, str) and "==" in p for p in pins):
@@ -89,8 +121,8 @@ def pins_of(spec: LockSpec) -> list[str]:
     return sorted(pins, key=str.lower)
 
 
-def _canonical(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
+def _pins_source(spec: LockSpec) -> str:
+    return f"{spec.defaults} ({spec.key})" if spec.defaults is not None else "its file name"
 
 
 Resolved = dict[str, tuple[str, str]]  # canonical name -> (version, sha256)
@@ -148,7 +180,7 @@ def render(spec: LockSpec, pins: Sequence[str], by_target: Mapping[Target, Resol
 
 
 def _lock_name(spec: LockSpec) -> str:
-    return next(name for name, s in LOCKS.items() if s == spec)
+    return spec.command or next(name for name, s in LOCKS.items() if s == spec)
 
 
 def make(spec: LockSpec, resolve: Resolver = pip_resolve, log: Callable[[str], None] = print) -> str:
@@ -176,7 +208,7 @@ def check(spec: LockSpec) -> str:
         return f"{spec.path}: cannot read the lock ({e.strerror}); make it with `{TOOL} {_lock_name(spec)}`"
     pins = pins_of(spec)
     if made_from != pins:
-        return (f"{spec.path} was made from {made_from} but {spec.defaults} ({spec.key}) pins {pins}: "
+        return (f"{spec.path} was made from {made_from} but {_pins_source(spec)} pins {pins}: "
                 f"make it again with `{TOOL} {_lock_name(spec)}` and commit it")
     return ""
 
@@ -185,9 +217,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="write (or --check) the hash lock of a virtualenv pdfleet installs")
     p.add_argument("name", choices=sorted(LOCKS))
     p.add_argument("--check", action="store_true", help="only say whether the lock matches its pins")
+    p.add_argument("--pin", help="gateway only: the router release to lock (name==version), if not constants.yml's")
     args = p.parse_args(argv)
-    spec = LOCKS[args.name]
+    if args.pin and args.name != "gateway":
+        p.error("--pin goes with gateway only")
     try:
+        spec = gateway_spec(args.pin) if args.pin else LOCKS[args.name]
         if args.check:
             problem = check(spec)
             print(problem or f"{spec.path}: current", file=sys.stderr if problem else sys.stdout)
@@ -196,6 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LockError as e:
         print(f"locks: {e}", file=sys.stderr)
         return 2
+    spec.path.parent.mkdir(parents=True, exist_ok=True)
     spec.path.write_text(text)
     count = sum(1 for line in text.splitlines() if "==" in line and not line.startswith("#"))
     print(f"wrote {spec.path} ({count} requirements)")

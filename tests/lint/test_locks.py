@@ -60,7 +60,8 @@ def _fake(pins: Sequence[str], target: locks.Target) -> locks.Resolved:
 def _spec(tmp_path: Path, pins: list[str]) -> locks.LockSpec:
     defaults = tmp_path / "defaults.yml"
     defaults.write_text(yaml.safe_dump({"pins": pins}))
-    return replace(locks.LOCKS["watchdog"], defaults=defaults, key="pins", path=tmp_path / "requirements.lock")
+    return replace(locks.LOCKS["watchdog"], defaults=defaults, key="pins", path=tmp_path / "requirements.lock",
+                   command="test")
 
 
 def test_a_lock_marks_what_differs_by_python_and_keeps_every_hash(tmp_path: Path,
@@ -96,3 +97,29 @@ def test_the_platform_tags_stop_at_the_distributions_glibc() -> None:
     tags = locks.Target("ubuntu-jammy", "3.10", "2.35").platforms()
     assert tags[0] == "manylinux_2_35_x86_64" and "manylinux_2_36_x86_64" not in tags
     assert {"manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "manylinux_2_17_x86_64"} <= set(tags)
+
+
+def test_each_gateway_lock_is_named_after_the_release_it_locks_and_the_planned_one_has_one() -> None:
+    files = sorted(locks.GATEWAY_LOCKS.glob("*.lock"))
+    assert {f.name for f in files} >= {"smg-1.13.0.lock", "sglang-router-0.3.2.lock"}
+    for path in files:  # the sglang role picks a lock by its name: <package>-<version>.lock
+        made_from = locks.lock_pins(path.read_text())
+        assert made_from is not None and len(made_from) == 1, path
+        assert locks.gateway_spec(made_from[0]).path == path, (path, made_from)
+    assert locks.LOCKS["gateway"].path.is_file()  # constants.yml's router pin
+
+
+def test_a_gateway_lock_of_another_release_is_made_by_its_pin_and_a_bad_pin_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(locks, "GATEWAY_LOCKS", tmp_path / "gateway")
+    monkeypatch.setattr(locks, "pip_resolve", _fake)
+    monkeypatch.setattr(locks, "make", lambda spec, log: locks.render(spec, locks.pins_of(spec), {
+        t: _fake(spec.pins, t) for t in locks.targets()}))
+    assert locks.main(["gateway", "--pin", "smg==9.9.9"]) == 0
+    text = (tmp_path / "gateway" / "smg-9.9.9.lock").read_text()
+    assert locks.lock_pins(text) == ["smg==9.9.9"] and "locks.py gateway --pin smg==9.9.9`" in text
+    for bad in ("smg", "smg==", "../x==1"):
+        assert locks.main(["gateway", "--pin", bad]) == 2
+        assert "a gateway pin is name==version" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        locks.main(["watchdog", "--pin", "smg==1.0"])

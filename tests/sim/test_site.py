@@ -166,13 +166,17 @@ WATCHDOG_WHEEL_FILE = "/opt/pdfleet-watchdog/venv/lib/python3*/site-packages/pdf
 APPENDED = ["/etc/systemd/system/pdfleet-watchdog.service", "/etc/prometheus/pdfleet-alerts.yml",
             "/srv/models/DeepSeek-V4-Flash/README.md", WATCHDOG_WHEEL_FILE]
 CHMODDED = "/etc/pdfleet-watchdog/plan.json"
-# What an operator's hand does on the host; the next converge must put each one back.
-DRIFT = [f"echo '# hand edit' >> {p}" for p in APPENDED] + [f"chmod 0644 {CHMODDED}"]
+GATEWAY_DISTS = "/opt/pdfleet/gateway/lib/python3*/site-packages/*.dist-info"
+# What an operator's hand does on the host; the next converge must put each one back. The last floats a dependency
+# of the gateway off its hash lock (files/gateway/smg-1.13.0.lock has setproctitle 1.3.8).
+DRIFT = [f"echo '# hand edit' >> {p}" for p in APPENDED] + [
+    f"chmod 0644 {CHMODDED}", "/opt/pdfleet/gateway/bin/pip install -q --no-deps setproctitle==1.3.7"]
 
 
 def _fingerprint(cluster: ScratchCluster) -> str:
     paths = " ".join([*APPENDED, CHMODDED])
-    return cluster.ssh(f"stat -c '%n %a %U %G' {paths} && sha256sum {paths} && systemctl is-active prometheus").stdout
+    return cluster.ssh(f"stat -c '%n %a %U %G' {paths} && sha256sum {paths} && ls -d {GATEWAY_DISTS} && "
+                       "systemctl is-active prometheus").stdout
 
 
 @pytest.mark.mutates
@@ -194,7 +198,8 @@ def test_drift_is_noticed_by_the_one_look_and_put_back(converged: ScratchCluster
                      "pdfleet.cluster.pdfleet_monitoring : Install the pdfleet alert rules (checked by promtool"
                      " first)",
                      "pdfleet.cluster.pdfleet_monitoring : Enable and start Prometheus",
-                     "pdfleet.cluster.model : Write the simulation stand-in (a tokenizer, no weights)"):
+                     "pdfleet.cluster.model : Write the simulation stand-in (a tokenizer, no weights)",
+                     "pdfleet.cluster.sglang : Install the router from its hash lock"):
             assert task in changed, f"{task!r} did not run; changed: {changed}"
         wait_for("prometheus and the watchdog active again",
                  lambda: converged.ssh("systemctl is-active prometheus pdfleet-watchdog").stdout.split()

@@ -16,6 +16,10 @@ Everything the role's no-op path needs in one round trip, instead of a module ca
                  "python", run once); the host's glibc; in sim mode the prepared CPU runtime's Python. The role
                  refuses a host whose Python cannot install the pin (pdfleet_python_problems) from this.
   sim_missing    the pins of settings want.sim (SGLang and its sim requirements) not installed, normalised (sim mode)
+  router         (settings "router": the gateway's venv, and its hash lock's path and wanted state) {python: the
+                 venv's Python minor version ("" when there is no venv), missing: the lock's requirements for that
+                 Python not installed (router_missing), differs: no venv, the lock file on the host is not the wanted
+                 one, or a requirement is missing}; null without those settings
   differs        which task of tasks/apply.yml has something to put back (differs(): one entry of DIFFERS each)
   patch          what tasks/patch.yml is for, as far as the probe can tell (patch_differs()): "conn_missing" (no
                  conn.py to hash), "conn" (conn.py is not the wanted file), "record" (the record file differs)
@@ -40,6 +44,9 @@ DIFFERS = ("debs", "venv", "pypi_stack", "pth", "sim_stack", "wheel", "stray_rou
 ROUTER_DISTS = ("sglang-router", "smg")
 # The entries of "patch" (vars/main.yml: __sglang_rehash, __sglang_record_differs, __sglang_patch_differs).
 PATCH = ("conn_missing", "conn", "record")
+# A requirement line of a hash lock (tests/lint/locks.py writes them): name==version, an optional python_version
+# marker after " ; ", and a line continuation.
+LOCK_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+?)(?: ; (.*?))? \\$")
 # Where the sim mode's .pth file goes in the venv's site-packages.
 PTH = "pdfleet-runtime.pth"
 
@@ -140,6 +147,30 @@ def differs(cfg: dict, found: dict) -> dict[str, bool]:
             "stray_router": any(d.partition("==")[0] in ROUTER_DISTS for d in found["dists"])}
 
 
+def router_missing(lock_text: str, python: str, dists: set) -> list[str]:
+    """The requirements of a hash lock's text that apply to CPython ``python`` ("3.11": no marker, or a marker that
+    names it) and are not among ``dists``, normalised (pin_key), in the lock's order."""
+    out = []
+    for line in lock_text.splitlines():
+        m = LOCK_LINE.match(line)
+        if m is None or (m.group(3) and python not in re.findall(r'python_version == "([0-9.]+)"', m.group(3))):
+            continue
+        pin = pin_key(f"{m.group(1)}=={m.group(2)}")
+        if pin not in dists:
+            out.append(pin)
+    return out
+
+
+def router_state(router: dict) -> dict:
+    """The gateway's venv against its hash lock (settings "router": venv, lock: path, content, mode, owner, group)."""
+    lock = router["lock"]
+    purelib = purelib_of(router["venv"])
+    python = _minor_of(purelib) if purelib and os.path.isfile(os.path.join(router["venv"], "bin", "python")) else ""
+    missing = router_missing(lock["content"], python, set(dists_of(purelib))) if python else []
+    return {"python": python, "missing": missing,
+            "differs": not python or _file(lock["path"]) != _state(lock) or len(missing) > 0}
+
+
 def patch_differs(cfg: dict, found: dict) -> dict[str, bool]:
     """What the probe can tell of tasks/patch.yml's work (PATCH; the pip tasks of this run decide the rest, in
     vars/main.yml):
@@ -173,6 +204,7 @@ def main() -> None:
         cfg["files"] = cfg.get("files", []) + [f"{purelib}/{p}" for p in cfg.get("purelib_files", [])]
     out["files"] = {path: _file(path) for path in cfg.get("files", [])}
     out["python"] = _python(cfg, out["purelib"])
+    out["router"] = router_state(cfg["router"]) if cfg.get("router") else None
     if "want" in cfg:  # without a wanted state (the entry point `python`) there is no verdict, never a silent one
         out["sim_missing"] = sim_missing(cfg, out)
         out["router_dists"] = [d.partition("==")[0] for d in out["dists"] if d.partition("==")[0] in ROUTER_DISTS]
