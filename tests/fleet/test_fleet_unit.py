@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from pdfleet import fleet
@@ -188,6 +189,15 @@ def test_gate_router_command_knows_only_the_pair() -> None:
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and "--worker-urls" not in cmd
     mono = fleet.gate.router_command(fleet.Pair("h", (fleet.Member("m", "mono", "http://10.0.0.3:30000"),)), 1, 2)
     assert "--pd-disaggregation" not in mono and mono[mono.index("--worker-urls") + 1] == "http://10.0.0.3:30000"
+
+
+def test_a_gate_router_whose_package_is_missing_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    pair = fleet.Pair("gpu02", (fleet.Member("m", "mono", "http://127.0.0.1:9"),))
+    router = fleet.gate.TempRouter(pair, module="pdfleet_no_such_router.launch_router", log=tmp_path / "router.log")
+    with pytest.raises(fleet.gate.GateError, match=r"pdfleet_no_such_router is not installed in this Python.*"
+                                                   r"reinstall pdfleet in .*or give the gateway venv's Python"):
+        router.start()
+    assert router.proc is None and not (tmp_path / "router.log").exists()  # nothing was started
 
 
 def test_gate_settings_are_short_and_overridable() -> None:

@@ -154,6 +154,18 @@ def test_the_fleet_package_names_what_it_exports() -> None:
         assert getattr(fleet, name) is not None
 
 
+def test_a_fleet_submodule_is_an_attribute_before_anything_imported_it() -> None:
+    """`fleet.gate.router_command` in a fresh interpreter (the suite's order had always imported it first)."""
+    import subprocess
+    import sys
+
+    code = ("from pdfleet import fleet; import sys; assert 'pdfleet.fleet.gate' not in sys.modules; "
+            "print(fleet.gate.router_command.__name__, fleet.steps.__name__); fleet.no_such_name")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.stdout.split() == ["router_command", "pdfleet.fleet.steps"], proc.stdout + proc.stderr
+    assert "AttributeError: module 'pdfleet.fleet' has no attribute 'no_such_name'" in proc.stderr
+
+
 def test_members_from_the_command_line() -> None:
     pairs = members._members([["node1", "prefill", "http://a:1/", "8998"], ["node1", "decode", "http://a:2", "-"],
                               ["node2", "mono", "http://b:1", "-"]])

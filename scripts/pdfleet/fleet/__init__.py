@@ -23,6 +23,7 @@ venv, which has the standard library and pdfleet without its dependencies, and m
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 # name -> the submodule that defines it
@@ -73,8 +74,10 @@ __all__ = [  # the names of _EXPORTS (a literal, so linters see them; tests/flee
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pdfleet.fleet' has no attribute {name!r}")
+    if module is None:  # a submodule (fleet.gate, fleet.steps) is imported on first use too
+        if not name.isidentifier() or importlib.util.find_spec(f"pdfleet.fleet.{name}") is None:
+            raise AttributeError(f"module 'pdfleet.fleet' has no attribute {name!r}")
+        return importlib.import_module(f"pdfleet.fleet.{name}")
     value = getattr(importlib.import_module(f"pdfleet.fleet.{module}"), name)
     globals()[name] = value
     return value
