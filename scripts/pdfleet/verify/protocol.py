@@ -50,10 +50,8 @@ async def _model(target: Target, s: Settings) -> str:
 
 
 async def _counters(target: Target, s: Settings) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
-    for w in target.workers:
-        out[w.name] = await checks.fetch_metrics(w.url, s.http_timeout_s) or {}
-    return out
+    metrics = await asyncio.gather(*(checks.fetch_metrics(w.url, s.http_timeout_s) for w in target.workers))
+    return {w.name: m or {} for w, m in zip(target.workers, metrics, strict=True)}
 
 
 async def run_protocol(target: Target, s: Settings, logs: LogSource | None, defer_logs: bool = False,
