@@ -22,9 +22,9 @@ venv, which has the standard library and pdfleet without its dependencies, and m
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pdfleet.lazyexports import lazy_getattr
 
 # name -> the submodule that defines it
 _EXPORTS = {
@@ -72,15 +72,7 @@ __all__ = [  # the names of _EXPORTS (a literal, so linters see them; tests/flee
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:  # a submodule (fleet.gate, fleet.steps) is imported on first use too
-        if not name.isidentifier() or importlib.util.find_spec(f"pdfleet.fleet.{name}") is None:
-            raise AttributeError(f"module 'pdfleet.fleet' has no attribute {name!r}")
-        return importlib.import_module(f"pdfleet.fleet.{name}")
-    value = getattr(importlib.import_module(f"pdfleet.fleet.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

@@ -13,8 +13,9 @@ host) import this package and need none of the host machinery.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pdfleet.lazyexports import lazy_getattr
 
 if TYPE_CHECKING:
     from .hosts import down, ssh, status, up
@@ -54,8 +55,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{home}", __name__), name)
+__getattr__ = lazy_getattr(__name__, _HOME, globals())
