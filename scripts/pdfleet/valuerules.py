@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from pdfleet.clusterspec import ClusterSpec, short, short_name
 from pdfleet.errors import Problem
-from pdfleet.versions import PINS, ROUTER_MODULES
+from pdfleet.versions import PINS, ROUTER_MODULES, ROUTER_RELEASES
 
 # Host and instance names become directories (`pdfleet render -o DIR/<host>`) and unit names.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
@@ -100,6 +100,12 @@ def check_values(c: ClusterSpec, inventory_hosts: Mapping[str, str]) -> list[Pro
     return out
 
 
+def _release_hint(package: str) -> str:
+    """The release of ``package`` the bundle ships a lock for, as a hint ("0.3.2 has a lock"), or where locks go."""
+    release = ROUTER_RELEASES.get(package)
+    return f"{release} has a lock" if release else "each release needs its lock in the sglang role's files/gateway"
+
+
 def _router_package_problems(c: ClusterSpec) -> list[Problem]:
     """The router package must be one the bundle deploys, with a version of its own (not the other package's pin),
     in a venv of its own."""
@@ -111,7 +117,8 @@ def _router_package_problems(c: ClusterSpec) -> list[Problem]:
     if sg.router_package != PINS["sglang_router_package"] and sg.router_version == PINS["sglang_router_version"]:
         return [Problem("pdfleet_cluster.sglang.router_version", f"{sg.router_version} is the pin of "
                         f"{PINS['sglang_router_package']}, not of {sg.router_package}",
-                        f"set router_version to the {sg.router_package} release to deploy (0.3.2 for sglang-router)")]
+                        f"set router_version to the {sg.router_package} release to deploy "
+                        f"({_release_hint(sg.router_package)})")]
     if sg.router_venv.rstrip("/") == sg.venv.rstrip("/"):
         return [Problem("pdfleet_cluster.sglang.router_venv", f"{sg.router_venv} is the service venv",
                         "give the router a venv of its own (default /opt/pdfleet/gateway)")]

@@ -35,6 +35,9 @@ RESERVED_PORTS: dict[int, str] = {int(k): str(v) for k, v in CONSTANTS["reserved
 MODEL_MANIFEST_NAME: str = CONSTANTS["model_manifest_name"]
 # The router packages the bundle deploys -> the module its router starts from (python -m MODULE …).
 ROUTER_MODULES: dict[str, str] = {str(k): str(v) for k, v in CONSTANTS["router_modules"].items()}
+# Each router package's release the bundle ships a lock for: the pin's, and the other packages' (router_releases).
+ROUTER_RELEASES: dict[str, str] = {**{str(k): str(v) for k, v in CONSTANTS["router_releases"].items()},
+                                   PINS["sglang_router_package"]: PINS["sglang_router_version"]}
 
 
 def router_module(package: str) -> str:

@@ -61,7 +61,7 @@ GATEWAY_LOCKS = ROLES / "sglang" / "files" / "gateway"
 # The release of each router package the bundle ships a lock for: constants.yml's pin (smg), and sglang-router's last
 # release (the router of SGLang's tree, still accepted as pdfleet_cluster.sglang.router_package).
 GATEWAY_PIN = f"{CONSTANTS['pins']['sglang_router_package']}=={CONSTANTS['pins']['sglang_router_version']}"
-SGLANG_ROUTER_PIN = "sglang-router==0.3.2"
+SGLANG_ROUTER_PIN = f"sglang-router=={CONSTANTS['router_releases']['sglang-router']}"
 
 
 def gateway_spec(pin: str, command: str = "") -> LockSpec:

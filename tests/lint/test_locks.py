@@ -12,18 +12,22 @@ from pathlib import Path
 import locks
 import pytest
 import yaml
+from ansible_plugins.probes import load_probe
+from pdfleet.versions import ROUTER_RELEASES
 
-REQUIREMENT = re.compile(r"^([a-z0-9-]+)==([^ ;]+)( ; .*)? \\$")
+# A requirement line as the sglang role's probe reads it on the host (a line it cannot read would go unchecked there).
+REQUIREMENT = load_probe("sglang").LOCK_LINE
 
 
 def _requirements(text: str) -> dict[str, list[str]]:
-    """name==version[ ; marker] -> its hashes, from a lock's text."""
+    """name==version[ ; marker] -> its hashes, from a lock's text (names in their canonical form)."""
     out: dict[str, list[str]] = {}
     current = ""
     for line in text.splitlines():
         if line.startswith("#"):
             continue
-        if REQUIREMENT.match(line):
+        if m := REQUIREMENT.match(line):
+            assert re.fullmatch(r"[a-z0-9-]+", m.group(1)), f"not a canonical name: {line!r}"
             current = line.rstrip(" \\")
             out[current] = []
         else:
@@ -101,7 +105,7 @@ def test_the_platform_tags_stop_at_the_distributions_glibc() -> None:
 
 def test_each_gateway_lock_is_named_after_the_release_it_locks_and_the_planned_one_has_one() -> None:
     files = sorted(locks.GATEWAY_LOCKS.glob("*.lock"))
-    assert {f.name for f in files} >= {"smg-1.13.0.lock", "sglang-router-0.3.2.lock"}
+    assert {f.name for f in files} >= {f"{package}-{release}.lock" for package, release in ROUTER_RELEASES.items()}
     for path in files:  # the sglang role picks a lock by its name: <package>-<version>.lock
         made_from = locks.lock_pins(path.read_text())
         assert made_from is not None and len(made_from) == 1, path
@@ -112,7 +116,6 @@ def test_each_gateway_lock_is_named_after_the_release_it_locks_and_the_planned_o
 def test_a_gateway_lock_of_another_release_is_made_by_its_pin_and_a_bad_pin_is_refused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(locks, "GATEWAY_LOCKS", tmp_path / "gateway")
-    monkeypatch.setattr(locks, "pip_resolve", _fake)
     monkeypatch.setattr(locks, "make", lambda spec, log: locks.render(spec, locks.pins_of(spec), {
         t: _fake(spec.pins, t) for t in locks.targets()}))
     assert locks.main(["gateway", "--pin", "smg==9.9.9"]) == 0

@@ -15,6 +15,7 @@ from pdfleet.cli import main
 from pdfleet.errors import PlanError
 from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
+from pdfleet.versions import PINS, ROUTER_RELEASES
 from plan_support import EXAMPLES, apply_edits
 
 FLEET = EXAMPLES / "pd-fleet"
@@ -59,11 +60,25 @@ def test_fleet_example_plans_every_pair_behind_one_router() -> None:
 
 def test_the_old_router_lists_its_workers_and_has_no_registrar(tmp_path: Path) -> None:
     """sglang-router 0.3.2 has no labels: its workers stay on its command line, and nothing registers them."""
-    cluster = apply_edits(BASE, {"set": {"sglang.router_package": "sglang-router", "sglang.router_version": "0.3.2"}})
+    cluster = apply_edits(BASE, {"set": {"sglang.router_package": "sglang-router",
+                                         "sglang.router_version": ROUTER_RELEASES["sglang-router"]}})
     plan = plan_inventory(_inventory(tmp_path, cluster))
     router = plan.hosts["router01"][0]
     assert router.exec_start.count("--prefill") == 3 and router.exec_start.count("--decode") == 3
     assert router.exec_start_post == []
+
+
+@pytest.mark.parametrize(("edit", "found", "fix"), [
+    ({"sglang.router_package": "nginx"}, "'nginx' is not a router pdfleet deploys", "choose one of sglang-router, smg"),
+    ({"sglang.router_package": "sglang-router"}, f"is the pin of {PINS['sglang_router_package']}, not of sglang-router",
+     f"release to deploy ({ROUTER_RELEASES['sglang-router']} has a lock)"),
+    ({"sglang.router_venv": "/opt/pdfleet/venv/"}, "/opt/pdfleet/venv/ is the service venv",
+     "give the router a venv of its own"),
+])
+def test_a_router_the_bundle_cannot_deploy_is_refused_naming_the_fix(tmp_path: Path, edit: dict, found: str,
+                                                                       fix: str) -> None:
+    problems = _problems(tmp_path, apply_edits(BASE, {"set": edit}))
+    assert found in problems and fix in problems, problems
 
 
 def test_sim_fleet_inventory_plans() -> None:

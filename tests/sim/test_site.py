@@ -14,7 +14,7 @@ import pytest
 from htmlreport.browser import load as load_page
 from pdfleet.patch import manifest as patches
 from pdfleet.paths import REPO_ROOT
-from pdfleet.versions import PINS, router_module
+from pdfleet.versions import PINS, ROUTER_RELEASES, router_module
 from simcluster import SITE, ScratchCluster, recap, wait_for
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
@@ -293,9 +293,10 @@ def test_a_cluster_moves_between_routers_by_a_converge(converged: ScratchCluster
     serves."""
     service, gateway = "/opt/pdfleet/venv", "/opt/pdfleet/gateway"
     with _converge_again_if_it_fails(converged):
-        proc = converged.ssh(f"{service}/bin/pip install -q sglang-router==0.3.2", timeout=300)
+        old = ROUTER_RELEASES["sglang-router"]
+        proc = converged.ssh(f"{service}/bin/pip install -q sglang-router=={old}", timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        with converged.model_changed("sglang", router_package="sglang-router", router_version="0.3.2"):
+        with converged.model_changed("sglang", router_package="sglang-router", router_version=old):
             converged.playbook(SITE, "--skip-tags", "verify")
             assert "sglang_router.launch_router" in _router_exec(converged)
             assert f"{gateway}/bin/python" in _router_exec(converged)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pdfleet.versions import ROUTER_RELEASES
 from pdfleet_sim.paths import import_path
 from pdfleet_sim.testing.localpd import REPO_ROOT, RouterSpec
 
@@ -58,7 +59,8 @@ def router() -> RouterSpec:
     return _router(os.environ.get("PDFLEET_ROUTER_KIND", "smg"))
 
 
-SGL_ROUTER_PIN = "sglang-router==0.3.2"  # the router pdfleet deployed before smg, still accepted as router_package
+# the router pdfleet deployed before smg, still accepted as router_package (constants.yml's router_releases)
+SGL_ROUTER_PIN = f"sglang-router=={ROUTER_RELEASES['sglang-router']}"
 
 
 @pytest.fixture(scope="session")
