@@ -1,0 +1,67 @@
+"""tests/suite.py, `make test`'s runner: without arguments it builds the caches once, then runs the fleet scenario
+and the rest as two pytest processes at once, with separate JUnit files, and fails when either fails (pytest's 5,
+no test collected, included); with arguments it runs one pytest with them. pytest is replaced here by a script
+that records its arguments and exits as told."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import suite
+
+FAKE = """\
+import json, os, sys, time
+args = sys.argv[1:]
+scenario = "tests/scenario" in args
+with open(os.environ["FAKE_LOG"], "a") as log:
+    log.write(json.dumps({"args": args, "start": time.time()}) + "\\n")
+if scenario:
+    print("scenario output")
+time.sleep(0.5)
+sys.exit(int(os.environ["FAKE_SCENARIO_RC" if scenario else "FAKE_REST_RC"]))
+"""
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    script = tmp_path / "fake_pytest.py"
+    script.write_text(FAKE)
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setattr(suite, "PYTEST", [sys.executable, str(script)])
+    monkeypatch.setattr(suite, "REPORTS", tmp_path / "reports")
+    monkeypatch.setattr(suite, "SCENARIO_LOG", tmp_path / "reports" / "scenario.log")
+    monkeypatch.setattr(suite, "prepare_caches", lambda: (tmp_path / "prepared").touch())
+    monkeypatch.setenv("FAKE_LOG", str(log))
+    return log
+
+
+def _calls(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+@pytest.mark.parametrize(("rest", "scenario", "expected"), [(0, 0, 0), (1, 0, 1), (0, 1, 1), (0, 5, 5), (5, 0, 5)])
+def test_the_split_runs_both_at_once_and_fails_when_either_fails(
+        fake: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
+        rest: int, scenario: int, expected: int) -> None:
+    monkeypatch.setenv("FAKE_REST_RC", str(rest))
+    monkeypatch.setenv("FAKE_SCENARIO_RC", str(scenario))
+    assert suite.main(["--durations=25", "--junitxml=reports/junit.xml"]) == expected
+    calls = _calls(fake)
+    assert len(calls) == 2 and (fake.parent / "prepared").exists()
+    by_kind = {("tests/scenario" in c["args"]): c for c in calls}
+    assert by_kind[False]["args"] == ["--durations=25", "--junitxml=reports/junit.xml", "--ignore=tests/scenario"]
+    assert by_kind[True]["args"][0] == "--durations=25" and by_kind[True]["args"][1].endswith("junit-scenario.xml")
+    assert abs(by_kind[True]["start"] - by_kind[False]["start"]) < 0.45  # at once: each sleeps 0.5 s
+    out, err = capfd.readouterr()
+    assert "scenario output" in out and f"exit: the rest {rest}, the fleet scenario {scenario}" in out
+    assert ("collected no tests" in err) == (expected == 5)
+
+
+def test_chosen_tests_run_as_one_pytest(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_REST_RC", "5")
+    assert suite.main(["--durations=25", "tests/plan", "-x"]) == 5
+    assert [c["args"] for c in _calls(fake)] == [["--durations=25", "tests/plan", "-x"]]
+    assert not (fake.parent / "prepared").exists()
