@@ -1,6 +1,7 @@
 """Where `pdfleet watchdog run` takes its pair leases: none in alert mode; in this process for the deployed unit
 (--plan, on the router host); on the router host over SSH for a watchdog run from the control machine (-i), as root
-or through `sudo -n`, refused at start, naming the host, when the SSH user has neither."""
+or through `sudo -n`, refused at start, naming the host, when the SSH user has neither. Its unit restarts on other
+hosts run the same way."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from pathlib import Path
 
 import pytest
 from pdfleet.lease_client import LocalLeases, RemoteLeases
+from pdfleet.ops.restart import ACCESS_PROBE
 from pdfleet.watchdog import cli
+from pdfleet.watchdog.actions import RestartError
 
 
 def _args(remediation: str, plan: Path | None = None, local_host: str = "") -> argparse.Namespace:
@@ -45,3 +48,35 @@ def test_a_control_machine_user_without_rights_on_the_router_host_is_refused_at_
     monkeypatch.setattr(cli, "source_from_args", lambda args: None)
     with pytest.raises(cli.WatchdogUsageError, match=r"pair leases on the router host: host router1: .*uid 1001"):
         cli._leases(_args("restart"), "router1")
+
+
+@pytest.mark.parametrize(("uid", "sudo", "sent"), [
+    ("0", "nosudo", "systemctl --no-ask-password restart pdfleet-prefill1"),
+    ("1001", "sudo", "sudo -n sh -c 'systemctl --no-ask-password restart pdfleet-prefill1'"),
+])
+def test_units_on_other_hosts_restart_as_root_or_through_sudo(monkeypatch: pytest.MonkeyPatch, uid: str, sudo: str,
+                                                              sent: str) -> None:
+    """Run from the control machine (-i) as the production-shaped operator (not root, sudo without a password): the
+    restart's systemctl runs through `sudo -n`, as `pdfleet ops restart` does (plain, it fails with "Interactive
+    authentication required" / "Access denied"); the host is asked once."""
+    commands: list[tuple[str, str]] = []
+
+    def ssh(host: str, command: str) -> tuple[int, str, str]:
+        commands.append((host, command))
+        return (0, f"{uid}\n{sudo}\n", "") if command == ACCESS_PROBE else (0, "", "")
+
+    monkeypatch.setattr(cli, "_ssh_runner", lambda source: ssh)
+    monkeypatch.setattr(cli, "source_from_args", lambda args: None)
+    args = argparse.Namespace(**vars(_args("restart")), journal="auto")
+    _, _, shell = cli._runners(args)
+    for _ in range(2):
+        assert shell("node2", "systemctl --no-ask-password restart pdfleet-prefill1") == (0, "", "")
+    assert commands == [("node2", ACCESS_PROBE), ("node2", sent), ("node2", sent)]
+
+
+def test_a_restart_on_a_host_where_the_operator_has_no_rights_fails_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "_ssh_runner", lambda source: lambda host, command: (0, "1001\nnosudo\n", ""))
+    monkeypatch.setattr(cli, "source_from_args", lambda args: None)
+    _, _, shell = cli._runners(argparse.Namespace(**vars(_args("restart")), journal="auto"))
+    with pytest.raises(RestartError, match=r"cannot restart units on node2: host node2: the SSH user \(uid 1001\)"):
+        shell("node2", "systemctl --no-ask-password restart pdfleet-prefill1")
