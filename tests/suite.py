@@ -57,6 +57,14 @@ def prepare_caches() -> None:
     say(f"caches ready in {time.monotonic() - start:.0f} s ({golden.name}, {runtime.name if runtime else '-'})")
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _exit_on_term(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run_split(report: list[str]) -> int:
     """The scenario in the background and the rest in the foreground; the first failure's status."""
     REPORTS.mkdir(exist_ok=True)
@@ -64,8 +72,12 @@ def run_split(report: list[str]) -> int:
     durations = [a for a in report if a.startswith("--durations")]
     with SCENARIO_LOG.open("w") as log:
         say(f"the fleet scenario ({SCENARIO}) runs beside the rest; its output: {SCENARIO_LOG}")
+        # its own session (a Ctrl-C reaches it once, from here), SIGINT at its default whatever this process
+        # inherited (a background job's is ignored), so the SIGINT sent below makes pytest tear its fleet down
         scenario = subprocess.Popen([*PYTEST, *durations, f"--junitxml={REPORTS / 'junit-scenario.xml'}", SCENARIO],
-                                    cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                    cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                    preexec_fn=_default_sigint)
+        previous = signal.signal(signal.SIGTERM, _exit_on_term)  # a CI timeout: the fleet is torn down, not left
         try:
             rest = subprocess.run([*PYTEST, *report, f"--ignore={SCENARIO}"], cwd=REPO, check=False).returncode
             if scenario.poll() is None:
@@ -76,6 +88,8 @@ def run_split(report: list[str]) -> int:
                 os.killpg(scenario.pid, signal.SIGINT)
                 scenario.wait(timeout=600)
             raise
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     print(f"\n{'=' * 30} the fleet scenario ({SCENARIO}), run beside the rest {'=' * 30}", flush=True)
     sys.stdout.write(SCENARIO_LOG.read_text(errors="replace"))
     sys.stdout.flush()

@@ -6,6 +6,7 @@ that records its arguments and exits as told."""
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -19,7 +20,15 @@ scenario = "tests/scenario" in args
 with open(os.environ["FAKE_LOG"], "a") as log:
     log.write(json.dumps({"args": args, "start": time.time()}) + "\\n")
 if scenario:
-    print("scenario output")
+    print("scenario output", flush=True)
+if os.environ.get("FAKE_INTERRUPT"):  # the rest: CI's timeout kills the runner; the scenario: tears down on SIGINT
+    if not scenario:
+        os.kill(os.getppid(), 15)
+    try:
+        time.sleep(30)
+    except KeyboardInterrupt:
+        print("scenario torn down", flush=True)
+        sys.exit(2)
 time.sleep(0.5)
 sys.exit(int(os.environ["FAKE_SCENARIO_RC" if scenario else "FAKE_REST_RC"]))
 """
@@ -65,3 +74,19 @@ def test_chosen_tests_run_as_one_pytest(fake: Path, monkeypatch: pytest.MonkeyPa
     assert suite.main(["--durations=25", "tests/plan", "-x"]) == 5
     assert [c["args"] for c in _calls(fake)] == [["--durations=25", "tests/plan", "-x"]]
     assert not (fake.parent / "prepared").exists()
+
+
+def test_a_killed_run_interrupts_the_scenario_so_it_tears_its_fleet_down(fake: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM to the runner (CI's timeout) reaches the scenario as SIGINT (pytest's Ctrl-C: fixtures tear down),
+    even where SIGINT was ignored (a background job's is)."""
+    monkeypatch.setenv("FAKE_INTERRUPT", "1")
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with pytest.raises(SystemExit) as exc:
+            suite.main([])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert exc.value.code == 128 + signal.SIGTERM
+    assert "scenario torn down" in suite.SCENARIO_LOG.read_text()
+    assert signal.getsignal(signal.SIGTERM) is not suite._exit_on_term  # the runner's handler is put back
