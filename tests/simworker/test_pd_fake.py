@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pdfleet.verify.metrics import parse_prometheus
+from pdfleet.watchdog.progress import TRANSFERS_DONE
 from pdfleet_sim.testing.localpd import HOST, free_port, http_get, http_json
 from pdfleet_sim.testing.simclient import chat_body
 
@@ -73,9 +75,16 @@ def test_bootstrap_routes(sim_python: str, fake_env: dict[str, str], tmp_path: P
         p.close()
 
 
+def _transfers_done(url: str) -> float:
+    """The prefill's completed KV transfers, as the watchdog reads them (SGLang's kv_transfer_latency_ms count)."""
+    return parse_prometheus(http_get(url + "/metrics")[1].decode())[TRANSFERS_DONE]
+
+
 def test_pd_request_completes(pair: Pair) -> None:
+    done = _transfers_done(pair.prefill.url)
     status, res = pair.request(max_tokens=10)
     assert status == 200, res
+    assert _transfers_done(pair.prefill.url) == done + 1
     assert res["usage"]["completion_tokens"] == 10 and res["id"].startswith("chatcmpl-")  # type: ignore[index]
     wait_until(lambda: not stage_counts(pair.prefill.url) and not stage_counts(pair.decode.url), 5, "queues to drain")
 
@@ -94,8 +103,10 @@ def test_abort_with_pending_transfer(pair: Pair) -> None:
         wait_until(lambda: not pair.prefill.state()["kv_threads"]["bootstrap_thread"], 5, "the reader to die")
         assert "First message should be" in pair.prefill.log.read_text()
         assert http_get(pair.prefill.url + "/health")[0] == 200  # the wedge is invisible to /health
+        done = _transfers_done(pair.prefill.url)
         status, _ = pair.request(timeout=4.0)
         assert status == 0, "a new request must hang once the reader thread is dead"
+        assert _transfers_done(pair.prefill.url) == done  # no KV transfer completes: the watchdog's progress
         assert stage_counts(pair.prefill.url).get("bootstrap") == 1
         metrics = http_get(pair.prefill.url + "/metrics")[1].decode()
         assert 'sglang:num_prefill_bootstrap_queue_reqs{model_name="dsv4-sim",engine_type="prefill"' in metrics

@@ -16,7 +16,7 @@ from pdfleet.watchdog.journal import CURSOR_PREFIX, INVOCATION_PREFIX, JournalWa
 from pdfleet.watchdog.loop import Config, Watchdog
 from pdfleet.watchdog.metrics import WatchdogMetrics
 from pdfleet.watchdog.observe import DEAD_THREAD_CANARY_S, PairObserver, Probes, Unreachable
-from pdfleet.watchdog.progress import StallDetector
+from pdfleet.watchdog.progress import PROGRESS_COUNTERS, TRANSFERS_DONE, StallDetector, progress_counters
 from pdfleet.watchdog.remediate import Decision, Remediator
 from pdfleet.watchdog.state import Observation, PairTracker, State
 from prometheus_client import generate_latest
@@ -760,3 +760,51 @@ def test_a_restarted_watchdog_that_cannot_take_its_lease_keeps_the_intent_until_
     assert r.resume(pairs) is not None
     r.join(10)
     assert actions.calls == ["remove a", "restart a", "gate a", "readd a"] and r.pending is None
+
+
+def test_a_prefill_is_busy_only_while_its_kv_transfers_complete() -> None:
+    """Real SGLang counts a request aborted in a wedged prefill's bootstrap queue as finished (prompt and request
+    counters move), and on a fleet the decode makes tokens for other hosts' prefills: so where the prefill exports
+    its completed KV transfers (progress.TRANSFERS_DONE), a timed-out canary is excused as busy only while that
+    count moves, and counted at once when it is flat, whatever the other counters do."""
+    counters = {"pdfleet-prefill-n": 0.0, "pdfleet-decode-n": 0.0}
+    transfers = {"done": 0.0, "moving": True}
+    pair = _pair("n")
+
+    def canary(p: fleet.Pair, model: str, deadline: float) -> fleet.CanaryResult:
+        for m in p.members:  # aborted requests finish, other prefills feed the decode: these always move
+            counters[m.name] += 100.0
+        if transfers["moving"]:
+            transfers["done"] += 5.0
+        return fleet.CanaryResult(p.host, False, 0, deadline, f"{p.members[-1].name}: POST ...: timed out")
+
+    def read(url: str) -> dict[str, float]:
+        name = next(m.name for m in pair.members if m.url == url)
+        v = counters[name]
+        out = {"sglang:generation_tokens_total": v, "sglang:prompt_tokens_total": v, "sglang:num_requests_total": v}
+        return out | ({TRANSFERS_DONE: transfers["done"]} if "prefill" in name else {})
+
+    probes = Probes(canary, lambda url, role: fleet.WorkerLoad(url, role, {"running": 50.0}), read, lambda u: True)
+    observer = PairObserver(pair, "m", 20.0, 600.0, probes)
+    tracker = PairTracker("n", 2)
+    obs = observer.observe(0.0)
+    assert obs.canary_ok is None and "busy, not counted" in obs.canary_busy, obs  # transfers complete: busy
+    tracker.update(obs, 0.0)
+    transfers["moving"] = False  # the transfer thread died: nothing completes, the rest still moves
+    for at in (20.0, 40.0):
+        obs = observer.observe(at)
+        assert obs.canary_ok is False and not obs.canary_busy, obs
+        tracker.update(obs, at)
+    assert tracker.state == State.WEDGED  # two rounds, not the 600 s stall window
+
+
+def test_a_prefill_exporting_its_transfers_is_judged_on_them_alone() -> None:
+    with_transfers = {"sglang:prompt_tokens_total": 1.0, TRANSFERS_DONE: 1.0}
+    assert progress_counters("prefill", with_transfers) == (TRANSFERS_DONE,)
+    assert progress_counters("prefill", {"sglang:prompt_tokens_total": 1.0}) == PROGRESS_COUNTERS["prefill"]
+    assert progress_counters("decode", with_transfers) == PROGRESS_COUNTERS["decode"]
+    det = StallDetector("prefill", 30.0)
+    for at in (0.0, 20.0, 40.0):  # work present, prompt tokens moving (aborted requests), transfers flat
+        verdict = det.observe(3.0, {"sglang:prompt_tokens_total": at, "sglang:num_requests_total": at,
+                                    TRANSFERS_DONE: 7.0}, at)
+    assert verdict.stalled and verdict.flat_s == 40.0, verdict

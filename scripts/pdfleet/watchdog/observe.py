@@ -108,15 +108,17 @@ class PairObserver:
 
     def _busy(self, before: dict[str, dict[str, float]]) -> bool:
         """Every member's progress counters moved since ``before`` (read again now): the pair works through a
-        queue, so a canary that found no answer in time waited in it, not on a wedge. A wedged pair cannot pass:
-        its decode produces no tokens once the requests already past the prefill are done (and a member whose
-        counters cannot be read counts as not moving)."""
+        queue, so a canary that found no answer in time waited in it, not on a wedge. A wedged pair cannot pass
+        where its prefill exports its completed KV transfers (progress.TRANSFERS_DONE): that count stops with the
+        transfer thread, whatever other hosts' traffic does to the decode. Without it, a wedged pair passes on a
+        fleet (its decode makes tokens for other prefills; requests aborted in its prefill's queue count as
+        finished), which the stall window caps. A member whose counters cannot be read counts as not moving."""
         for m in self.pair.members:
             try:
                 after = self.probes.counters(m.url)
             except Unreachable:
                 return False
-            names = progress_counters(m.role)
+            names = progress_counters(m.role, after)  # a prefill's completed KV transfers, where exported
             old = before.get(m.name, {})
             if not any(n in after and n in old and after[n] > old[n] for n in names):
                 return False

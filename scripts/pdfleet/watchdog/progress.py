@@ -5,10 +5,12 @@ than the stall window means the worker is stalled.
 queues, user HTTP requests still open). *Progress* is a per-role set of counters (``sglang:*_total``):
 
 * decode and mono: ``sglang:generation_tokens_total``, tokens actually produced;
-* prefill: ``sglang:prompt_tokens_total`` and ``sglang:num_requests_total``. SGLang's tokenizer manager counts
-  both when a request finishes (sglang/srt/managers/tokenizer_manager.py, ``collect_metrics`` on the finished
-  output), so on a prefill they move only when KV left it. (The simulated worker counts them on arrival: on
-  the sim a wedged prefill is seen through its decode, whose generated tokens stop.)
+* prefill: ``sglang:kv_transfer_latency_ms_count`` (TRANSFERS_DONE) where the worker exports it (SGLang with
+  ``--enable-metrics``: its prefill observes the KV transfer latency once per transfer that succeeded, never for
+  an aborted request nor for /health's fake-bootstrap request; sglang/srt/disaggregation/prefill.py, 0.5.15.post1
+  and 0.5.23). Else ``sglang:prompt_tokens_total`` and ``sglang:num_requests_total``: those are no proof of a
+  transfer, since SGLang's tokenizer manager counts a request when it finishes, and a request aborted while stuck
+  in a wedged prefill's bootstrap queue finishes too (with its prompt tokens).
 
 A request counter is deliberately not used on decode: a canary that arrives there and then waits forever for
 its KV would otherwise count as progress in the simulated worker.
@@ -23,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+TRANSFERS_DONE = "sglang:kv_transfer_latency_ms_count"
 PROGRESS_COUNTERS: dict[str, tuple[str, ...]] = {
     "prefill": ("sglang:prompt_tokens_total", "sglang:num_requests_total"),
     "decode": ("sglang:generation_tokens_total",),
@@ -30,7 +33,11 @@ PROGRESS_COUNTERS: dict[str, tuple[str, ...]] = {
 }
 
 
-def progress_counters(role: str) -> tuple[str, ...]:
+def progress_counters(role: str, counters: Mapping[str, float] | None = None) -> tuple[str, ...]:
+    """The counters whose movement is a worker's progress; for a prefill that exports TRANSFERS_DONE (as read in
+    ``counters``), that count alone."""
+    if role == "prefill" and counters is not None and TRANSFERS_DONE in counters:
+        return (TRANSFERS_DONE,)
     return PROGRESS_COUNTERS.get(role, PROGRESS_COUNTERS["mono"])
 
 
@@ -56,7 +63,7 @@ class StallDetector:
     had_work: bool = False
 
     def observe(self, work: float, counters: Mapping[str, float], now: float) -> StallVerdict:
-        names = progress_counters(self.role)
+        names = progress_counters(self.role, counters)
         values = {n: counters[n] for n in names if n in counters}
         missing = [n for n in names if n not in counters]
         moved = any(values.get(n, 0.0) != self.last.get(n) for n in values) if self.last else True

@@ -34,6 +34,10 @@ TOKENIZER_COUNTERS: tuple[tuple[str, str], ...] = (
     ("sglang:num_requests_total", "Number of requests processed."),
     ("sglang:num_aborted_requests_total", "Number of requests aborted."),
 )
+# SGLang's prefill observes this histogram once per KV transfer that succeeded (not for an aborted request nor a
+# /health fake-bootstrap one); the watchdog reads its _count as the prefill's progress (pdfleet.watchdog.progress).
+TRANSFER_HISTOGRAM = ("sglang:kv_transfer_latency_ms", "The KV transfer latency (ms).")
+TRANSFER_BUCKETS_MS: tuple[float, ...] = (1.0, 5.0, 10.0, 50.0, 100.0, 500.0, 1000.0, 5000.0)
 # Not SGLang's: simulator-only facts the verification protocol may want (thread liveness).
 SIM_GAUGES: tuple[tuple[str, str], ...] = (
     ("pdfleet_sim:kv_thread_alive", "1 if the named KV manager thread of the simulated worker is alive."),
@@ -65,6 +69,7 @@ class Metrics:
     model_name: str
     disaggregation_mode: str
     counters: dict[str, float] = field(default_factory=dict)
+    transfers_ms: list[float] = field(default_factory=list)  # the prefill's observed KV transfer latencies
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -79,6 +84,22 @@ class Metrics:
 
     def value(self, name: str) -> float:
         return self.counters[name]
+
+    def observe_transfer(self, latency_ms: float) -> None:
+        """One KV transfer the prefill completed (SGLang's kv_transfer_latency_ms histogram)."""
+        with self._lock:
+            self.transfers_ms.append(latency_ms)
+
+    def _transfer_lines(self, labels: dict[str, str]) -> list[str]:
+        name, help_text = TRANSFER_HISTOGRAM
+        with self._lock:
+            seen = list(self.transfers_ms)
+        lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+        for le in TRANSFER_BUCKETS_MS:
+            lines.append(f"{name}_bucket{_labels({**labels, 'le': str(le)})} {_fmt(sum(v <= le for v in seen))}")
+        lines += [f"{name}_bucket{_labels({**labels, 'le': '+Inf'})} {_fmt(len(seen))}",
+                  f"{name}_sum{_labels(labels)} {_fmt(sum(seen))}", f"{name}_count{_labels(labels)} {_fmt(len(seen))}"]
+        return lines
 
     @property
     def tokenizer_labels(self) -> dict[str, str]:
@@ -102,6 +123,8 @@ class Metrics:
             for name, help_text in family:
                 lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter",
                           f"{name}{labels} {_fmt(self.counters[name])}"]
+        if self.disaggregation_mode == "prefill":
+            lines += self._transfer_lines(self.scheduler_labels)
         if http_active is not None:
             name = "sglang:http_requests_active"
             lines += [f"# HELP {name} Number of currently active HTTP requests", f"# TYPE {name} gauge"]

@@ -297,11 +297,13 @@ class Scheduler:
             # Read the decode peers before the transfer worker drops the room's transfer info.
             peers = self.kv.decode_peers(room)
             self.kv.start_transfer(room)
+            started = self._clock()
             status = await self._wait_room(room, TRANSFER_PENDING, None)
             if status != KVPoll.Success or not peers:
                 reason = self.kv.failure_reason(room) or "no decode peer registered for the room"
                 self._prefill_failure(req, "transfer", reason, logging.WARNING)
                 return
+            self.metrics.observe_transfer((self._clock() - started) * 1000.0)
             await self.prefill_link.notify(peers, room)
             # The prefill computes the first output token; the decode streams the rest.
             req.completion_tokens = min(1, req.plan.max_new_tokens)
