@@ -35,7 +35,7 @@ from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from pdfleet.remote import connection_for
 from pdfleet.remote import run as remote_run
-from pdfleet.watchdog.actions import FleetActions
+from pdfleet.watchdog.actions import FleetActions, privileged_ssh
 from pdfleet.watchdog.remediate import Remediator
 from pdfleet.watchdog.state import PairTracker, State
 from simcluster import BIN, ScratchCluster, wait_for
@@ -215,7 +215,8 @@ def test_watchdog_restart_heals_the_mono_pair_of_one(mono: ScratchCluster) -> No
         return remote_run(connection_for(inv, host), command, timeout=120)
 
     pid_before = c.ssh(f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
-    actions = FleetActions(router, model, p.sglang.get("version"), ssh, ssh, startup_timeout_s=300)
+    # restarts as the watchdog run with -i makes them: as root or through sudo -n (the sim's operator is not root)
+    actions = FleetActions(router, model, p.sglang.get("version"), privileged_ssh(ssh), ssh, startup_timeout_s=300)
     said: list[str] = []
     rem = Remediator("restart", 3, actions, log=said.append)
     trackers = {"node1": PairTracker("node1", state=State.WEDGED)}

@@ -41,6 +41,27 @@ def local_shell(host: str, command: str) -> tuple[int, str, str]:
     return proc.returncode, proc.stdout, proc.stderr
 
 
+def privileged_ssh(ssh: Runner) -> Runner:
+    """``ssh`` for unit restarts on other hosts: as root, or through `sudo -n` for an unprivileged SSH user (the
+    production operator; plain, systemctl asks for interactive authentication and fails), as `pdfleet ops restart`
+    runs them; each host asked once. A host where the user has neither: RestartError naming it."""
+    from pdfleet.ops.restart import AccessError, privileged, restart_prefix
+    from pdfleet.remote import RemoteError
+
+    prefixes: dict[str, str] = {}
+    wrapped = privileged(ssh, prefixes)
+
+    def run(host: str, command: str) -> tuple[int, str, str]:
+        if host not in prefixes:
+            try:
+                prefixes[host] = restart_prefix(ssh, host)
+            except (AccessError, RemoteError) as e:
+                raise RestartError(f"cannot restart units on {host}: {e}") from None
+        return wrapped(host, command)
+
+    return run
+
+
 @dataclass
 class FleetActions:
     router: fleet.RouterClient

@@ -27,7 +27,7 @@ from pdfleet.lease_client import Leases, LocalLeases, RemoteLeases
 from pdfleet.paths import DEFAULT_INVENTORY
 from pdfleet.table import format_table
 from pdfleet.versions import LEASE_DIR, PINS, router_module
-from pdfleet.watchdog.actions import FleetActions, RestartError, local_shell
+from pdfleet.watchdog.actions import FleetActions, RestartError, local_shell, privileged_ssh
 from pdfleet.watchdog.journal import JournalWatch, Runner, local_runner
 from pdfleet.watchdog.loop import Config, Watchdog
 from pdfleet.watchdog.remediate import MODES, Remediator
@@ -103,23 +103,13 @@ def _runners(args: argparse.Namespace) -> tuple[Runner | None, frozenset[str] | 
     journal: Runner | None = {"ssh": ssh, "local": local_runner, "none": None}[mode]
     hosts = None if mode == "ssh" else local if mode == "local" else None
 
-    prefixes: dict[str, str] = {}  # per host over SSH: "" as root, "sudo -n " for an operator with sudo
+    remote = privileged_ssh(ssh) if ssh is not None else None
 
     def shell(host: str, command: str) -> tuple[int, str, str]:
         if host in local:
             return local_shell(host, command)
-        if ssh is not None:
-            # systemctl restart as an unprivileged SSH user asks for interactive authentication (and fails): run
-            # it as `pdfleet ops restart` does, as root or through `sudo -n` (asked once per host).
-            from pdfleet.ops.restart import AccessError, privileged, restart_prefix
-            from pdfleet.remote import RemoteError
-
-            if host not in prefixes:
-                try:
-                    prefixes[host] = restart_prefix(ssh, host)
-                except (AccessError, RemoteError) as e:
-                    raise RestartError(f"cannot restart units on {host}: {e}") from None
-            return privileged(ssh, prefixes)(host, command)
+        if remote is not None:
+            return remote(host, command)
         raise RestartError(f"cannot restart units on {host} from here: it is not this host ({args.local_host}) "
                            "and no inventory was given for SSH (run the watchdog from the control machine with -i)")
 
