@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -59,3 +63,15 @@ def plan_inputs(role: str, sglang_version: str = "0.5.15.post1", patched: bool =
         "pdfleet_units": {"pdfleet_units_drain_timeout_s": doc["router"]["drain_timeout_s"]},
         "pdfleet_watchdog": {"pdfleet_watchdog_router_python": f"{sglang['venv']}/bin/python"},
     }.get(role, {})
+
+
+def check_play(tmp_path: Path, body: str, extra: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """A play on localhost (local connection, check mode) whose tasks are ``body`` (YAML, indented for ``tasks:``),
+    with ``extra`` as its extra vars: how a test runs a role's own tasks alone, without touching this machine."""
+    book = tmp_path / "play.yml"
+    book.write_text("- hosts: localhost\n  connection: local\n  gather_facts: false\n  tasks:\n" + body)
+    (tmp_path / "vars.json").write_text(json.dumps(extra))
+    bin_dir = Path(sys.executable).parent
+    return subprocess.run([str(bin_dir / "ansible-playbook"), "-i", "localhost,", "--check", str(book),
+                           "-e", f"@{tmp_path / 'vars.json'}"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=300, check=False, env={"PATH": str(bin_dir), "ANSIBLE_NOCOLOR": "1"})

@@ -5,32 +5,21 @@ hands it (role_inputs)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from pdfleet.paths import REPO_ROOT
 from pdfleet.versions import ROUTER_RELEASES
-from role_inputs import plan_inputs
+from role_inputs import check_play, plan_inputs
 
 BIN = Path(sys.executable).parent
 ROLE_DIR = REPO_ROOT / "ansible" / "roles" / "sglang"
 
 
-def _play(tmp_path: Path, body: str, extra: dict) -> subprocess.CompletedProcess[str]:
-    book = tmp_path / "play.yml"
-    book.write_text("- hosts: localhost\n  connection: local\n  gather_facts: false\n  tasks:\n" + body)
-    (tmp_path / "vars.json").write_text(json.dumps(extra))
-    return subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "--check", str(book),
-                           "-e", f"@{tmp_path / 'vars.json'}"], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=300, check=False, env={"PATH": str(BIN), "ANSIBLE_NOCOLOR": "1"})
-
-
 def test_a_router_release_without_a_lock_is_refused_before_the_probe(tmp_path: Path) -> None:
     inputs = {**plan_inputs("sglang"), "sglang_router_venv": "/opt/pdfleet/gateway", "sglang_router_version": "9.9.9"}
-    proc = _play(tmp_path, "    - ansible.builtin.include_role:\n        name: pdfleet.cluster.sglang\n", inputs)
+    proc = check_play(tmp_path, "    - ansible.builtin.include_role:\n        name: pdfleet.cluster.sglang\n", inputs)
     out = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode != 0, out[-3000:]
     assert "localhost: the gateway's venv installs from a hash lock, and the sglang role has none for smg==9.9.9" \
@@ -53,6 +42,6 @@ def test_every_shipped_release_passes_the_check(tmp_path: Path, package: str, ve
     extra = {**plan_inputs("sglang"), "sglang_router_package": package,
              "sglang_router_version": ROUTER_RELEASES[package], "sglang_router_venv": venv,
              "role_path": str(ROLE_DIR)}  # what Ansible sets inside the role
-    proc = _play(tmp_path, body, extra)
+    proc = check_play(tmp_path, body, extra)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "LOCKED=true" in proc.stdout, proc.stdout[-2000:]

@@ -5,7 +5,6 @@ refuse. Runs the role's own tasks on localhost in check mode (the refusal is its
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,25 +12,16 @@ import pytest
 from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from pdfleet.plandoc import plan_document
-from role_inputs import plan_inputs
+from role_inputs import check_play, plan_inputs
 
 BIN = Path(sys.executable).parent
 ROLE_DIR = REPO_ROOT / "ansible" / "roles"
 WHEEL = {"path": "/nonexistent/pdfleet-0-py3-none-any.whl", "sha256": "0" * 64}
 
 
-def _play(tmp_path: Path, body: str, extra: dict) -> subprocess.CompletedProcess[str]:
-    book = tmp_path / "play.yml"
-    book.write_text("- hosts: localhost\n  connection: local\n  gather_facts: false\n  tasks:\n" + body)
-    (tmp_path / "vars.json").write_text(json.dumps(extra))
-    return subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "--check", str(book),
-                           "-e", f"@{tmp_path / 'vars.json'}"], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=300, check=False, env={"PATH": str(BIN), "ANSIBLE_NOCOLOR": "1"})
-
-
 def test_restart_on_a_router_host_without_the_workers_is_refused(tmp_path: Path) -> None:
     plan = plan_document(plan_inventory(REPO_ROOT / "inventory" / "sim-fleet"))  # what the preflight hands it
-    proc = _play(tmp_path, "    - ansible.builtin.include_role:\n        name: pdfleet.cluster.pdfleet_watchdog\n",
+    proc = check_play(tmp_path, "    - ansible.builtin.include_role:\n        name: pdfleet.cluster.pdfleet_watchdog\n",
                  {"pdfleet_watchdog_plan": plan, "pdfleet_watchdog_local_host": "router1",
                   "pdfleet_watchdog_wheel": WHEEL, "pdfleet_watchdog_remediation": "restart",
                   **plan_inputs("pdfleet_watchdog")})
@@ -52,7 +42,7 @@ def test_a_plan_without_a_state_directory_is_refused_first(tmp_path: Path, fact:
         del plan["role_facts"][fact]
     else:
         plan["role_facts"][fact] = value
-    proc = _play(tmp_path, "    - ansible.builtin.include_role:\n        name: pdfleet.cluster.pdfleet_watchdog\n",
+    proc = check_play(tmp_path, "    - ansible.builtin.include_role:\n        name: pdfleet.cluster.pdfleet_watchdog\n",
                  {"pdfleet_watchdog_plan": plan, "pdfleet_watchdog_local_host": "node1",
                   "pdfleet_watchdog_wheel": WHEEL, **plan_inputs("pdfleet_watchdog")})
     out = " ".join((proc.stdout + proc.stderr).split())
@@ -66,6 +56,6 @@ def test_a_one_host_plan_has_no_remote_pairs(tmp_path: Path) -> None:
         body = (f"    - ansible.builtin.include_vars: {ROLE_DIR / 'pdfleet_watchdog' / 'vars' / 'main.yml'}\n"
                 "    - ansible.builtin.debug:\n"
                 "        msg: \"REMOTE={{ __pdfleet_watchdog_remote_pairs | to_json }}\"\n")
-        proc = _play(tmp_path, body, {"pdfleet_watchdog_plan": plan, "pdfleet_watchdog_local_host": host})
+        proc = check_play(tmp_path, body, {"pdfleet_watchdog_plan": plan, "pdfleet_watchdog_local_host": host})
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
         assert f"REMOTE={json.dumps(expected)}" in proc.stdout, proc.stdout[-2000:]
