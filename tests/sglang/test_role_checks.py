@@ -5,7 +5,6 @@ hands it (role_inputs)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,6 @@ from pdfleet.paths import REPO_ROOT
 from pdfleet.versions import ROUTER_RELEASES
 from role_inputs import check_play, plan_inputs
 
-BIN = Path(sys.executable).parent
 ROLE_DIR = REPO_ROOT / "ansible" / "roles" / "sglang"
 
 

@@ -5,7 +5,6 @@ refuse. Runs the role's own tasks on localhost in check mode (the refusal is its
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,6 @@ from pdfleet.paths import REPO_ROOT
 from pdfleet.plandoc import plan_document
 from role_inputs import check_play, plan_inputs
 
-BIN = Path(sys.executable).parent
 ROLE_DIR = REPO_ROOT / "ansible" / "roles"
 WHEEL = {"path": "/nonexistent/pdfleet-0-py3-none-any.whl", "sha256": "0" * 64}
 
