@@ -31,4 +31,4 @@ def test_make_test_runs_the_machine_check_before_pytest() -> None:
     proc = subprocess.run(["make", "-n", "test"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     lines = proc.stdout.splitlines()
     pre = next(i for i, line in enumerate(lines) if "tests/machine_check.py" in line)
-    assert pre < next(i for i, line in enumerate(lines) if "bin/pytest" in line)
+    assert pre < next(i for i, line in enumerate(lines) if "tests/suite.py" in line)  # the runner of pytest
