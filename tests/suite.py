@@ -77,16 +77,26 @@ def run_split(report: list[str]) -> int:
         scenario = subprocess.Popen([*PYTEST, *durations, f"--junitxml={REPORTS / 'junit-scenario.xml'}", SCENARIO],
                                     cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                     preexec_fn=_default_sigint)
-        previous = signal.signal(signal.SIGTERM, _exit_on_term)  # a CI timeout: the fleet is torn down, not left
+        previous = signal.signal(signal.SIGTERM, _exit_on_term)  # a CI timeout: the clusters are torn down
+        rest_proc = subprocess.Popen([*PYTEST, *report, f"--ignore={SCENARIO}"], cwd=REPO, preexec_fn=_default_sigint)
         try:
-            rest = subprocess.run([*PYTEST, *report, f"--ignore={SCENARIO}"], cwd=REPO, check=False).returncode
+            rest = rest_proc.wait()
             if scenario.poll() is None:
                 say(f"the rest is done (exit {rest}); waiting for the fleet scenario")
             scenario_rc = scenario.wait()
-        except BaseException:  # interrupted: the scenario tears its fleet down on SIGINT, as pytest does on Ctrl-C
+        except BaseException as exc:
+            # interrupted: each pytest tears its clusters down on one SIGINT (pytest's Ctrl-C), never killed
+            # outright. A Ctrl-C at the terminal reached the rest already (this process group); a second one would
+            # cut its teardown short. The scenario, in its own session, gets it from here either way.
+            if rest_proc.poll() is None and not isinstance(exc, KeyboardInterrupt):
+                rest_proc.send_signal(signal.SIGINT)
             if scenario.poll() is None:
                 os.killpg(scenario.pid, signal.SIGINT)
-                scenario.wait(timeout=600)
+            for proc in (rest_proc, scenario):
+                try:
+                    proc.wait(timeout=600)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
             raise
         finally:
             signal.signal(signal.SIGTERM, previous)

@@ -17,19 +17,24 @@ FAKE = """\
 import json, os, sys, time
 args = sys.argv[1:]
 scenario = "tests/scenario" in args
-with open(os.environ["FAKE_LOG"], "a") as log:
-    log.write(json.dumps({"args": args, "start": time.time()}) + "\\n")
-if scenario:
-    print("scenario output", flush=True)
-if os.environ.get("FAKE_INTERRUPT"):  # the rest: CI's timeout kills the runner; the scenario: tears down on SIGINT
-    if not scenario:
-        os.kill(os.getppid(), 15)
-    try:
+try:  # SIGINT: each tears down (pytest's Ctrl-C), and says so
+    with open(os.environ["FAKE_LOG"], "a") as log:
+        log.write(json.dumps({"args": args, "start": time.time()}) + "\\n")
+    if scenario:
+        print("scenario output", flush=True)
+    if os.environ.get("FAKE_INTERRUPT"):  # the rest: CI's timeout kills the runner once both have started
+        if not scenario:
+            while len(open(os.environ["FAKE_LOG"]).readlines()) < 2:
+                time.sleep(0.05)
+            os.kill(os.getppid(), 15)
         time.sleep(30)
-    except KeyboardInterrupt:
-        print("scenario torn down", flush=True)
-        sys.exit(2)
+except KeyboardInterrupt:
+    with open(os.environ["FAKE_LOG"] + ".down", "a") as down:
+        down.write(("scenario" if scenario else "rest") + " torn down\\n")
+    sys.exit(2)
 time.sleep(0.5)
+with open(os.environ["FAKE_LOG"] + ".end", "a") as log:
+    log.write(json.dumps({"scenario": scenario, "end": time.time()}) + "\\n")
 sys.exit(int(os.environ["FAKE_SCENARIO_RC" if scenario else "FAKE_REST_RC"]))
 """
 
@@ -63,7 +68,8 @@ def test_the_split_runs_both_at_once_and_fails_when_either_fails(
     by_kind = {("tests/scenario" in c["args"]): c for c in calls}
     assert by_kind[False]["args"] == ["--durations=25", "--junitxml=reports/junit.xml", "--ignore=tests/scenario"]
     assert by_kind[True]["args"][0] == "--durations=25" and by_kind[True]["args"][1].endswith("junit-scenario.xml")
-    assert abs(by_kind[True]["start"] - by_kind[False]["start"]) < 0.45  # at once: each sleeps 0.5 s
+    ends = {c["scenario"]: c["end"] for c in _calls(Path(f"{fake}.end"))}
+    assert by_kind[True]["start"] < ends[False] and by_kind[False]["start"] < ends[True]  # at once: they overlap
     out, err = capfd.readouterr()
     assert "scenario output" in out and f"exit: the rest {rest}, the fleet scenario {scenario}" in out
     assert ("collected no tests" in err) == (expected == 5)
@@ -76,10 +82,11 @@ def test_chosen_tests_run_as_one_pytest(fake: Path, monkeypatch: pytest.MonkeyPa
     assert not (fake.parent / "prepared").exists()
 
 
-def test_a_killed_run_interrupts_the_scenario_so_it_tears_its_fleet_down(fake: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """SIGTERM to the runner (CI's timeout) reaches the scenario as SIGINT (pytest's Ctrl-C: fixtures tear down),
-    even where SIGINT was ignored (a background job's is)."""
+def test_a_killed_run_interrupts_both_so_they_tear_their_clusters_down(fake: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM to the runner (CI's timeout) reaches both pytest processes as SIGINT (pytest's Ctrl-C: fixtures tear
+    down; killed outright, they would leave their clusters running), even where SIGINT was ignored (a background
+    job's is)."""
     monkeypatch.setenv("FAKE_INTERRUPT", "1")
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -88,5 +95,5 @@ def test_a_killed_run_interrupts_the_scenario_so_it_tears_its_fleet_down(fake: P
     finally:
         signal.signal(signal.SIGINT, previous)
     assert exc.value.code == 128 + signal.SIGTERM
-    assert "scenario torn down" in suite.SCENARIO_LOG.read_text()
+    assert sorted(Path(f"{fake}.down").read_text().splitlines()) == ["rest torn down", "scenario torn down"]
     assert signal.getsignal(signal.SIGTERM) is not suite._exit_on_term  # the runner's handler is put back
