@@ -31,8 +31,11 @@ class Settings:
     cascade_prompt_words: int = 12000
     cascade_max_tokens: int = 2048  # long enough that sessions are still streaming at the window
     # At most, between cycles and after the last kill before recovery (SGLang aborts ~2 s after a disconnect):
-    # each wait ends once every worker's PD queues are empty (pdfleet.verify.checks.wait_quiet).
-    pause_s: float = 5.0
+    # each wait ends once every worker's PD queues are empty (pdfleet.verify.checks.wait_quiet). Cycles run back to
+    # back by default: the next cycle's sessions open while the last one's aborts still land, which is the
+    # incident's race (an ABORT meeting bootstraps in flight), not a disturbance of it; only recovery needs the
+    # cluster settled (its /health bound), so the settle stays.
+    pause_s: float = 0.0
     settle_s: float = 3.0
     kill_rst: bool = True
     seed: int = 1
