@@ -53,7 +53,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-import yaml
 from fleet.loadgen import Load
 from pdfleet.firewall import UCX_PORT_RANGE_ENV, port_range
 from pdfleet.fleet import Pair
@@ -66,7 +65,7 @@ from pdfleet_sim.testing.realwedge import foreign_frame, rank_sockets
 from rollout.helpers import ListingWatch, PairingWatch, Run, get_json, rollout
 from sim_faults.conftest import START_BUDGET_S, Timing
 from sim_faults.test_faults import PREFILL, kill9, main_pid, worker_bound
-from sim_fleet.watch import ROUTER_HOST, deployed_status, firing, first, since
+from sim_fleet.watch import BUDGET_S, ROUND_WORK_S, ROUTER_HOST, deployed_status, firing, first, since
 from simcluster import BIN, SITE, ScratchCluster, wait_for
 
 from .conftest import Fleet, set_instance_name
@@ -74,15 +73,6 @@ from .conftest import Fleet, set_instance_name
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 WORKERS = 6  # three pairs
-# The deployed watchdog's budget to name a wedge, from the role's defaults (the scenario keeps them):
-# failures x canary deadline + interval.
-_WATCHDOG = yaml.safe_load((REPO_ROOT / "ansible" / "roles" / "pdfleet_watchdog" / "defaults" / "main.yml").read_text())
-BUDGET_S = (_WATCHDOG["pdfleet_watchdog_failures"] * _WATCHDOG["pdfleet_watchdog_canary_deadline_s"]
-            + _WATCHDOG["pdfleet_watchdog_interval_s"])
-# The budget counts to the failing canary's deadline; the round then observes the other members and writes its
-# state before the transition carries a time. Worst case: the frame lands just after a round's canary passed,
-# the next two canaries time out back to back (an overrun round is followed at once), 55 s + this round's work.
-ROUND_WORK_S = 5.0
 FAULT_HOST = "node2"  # the second host of the rollout order (node1, node2, node3, router1)
 WEDGED_HOST = "node3"
 STREAK = 3

@@ -39,7 +39,7 @@ from sim.test_watchdog_sim import WATCHDOG_SITE, foreign_frame
 from simcluster import BIN, ScratchCluster, scratch_cluster, skip_reason, wait_for
 
 from sim_fleet import watch
-from sim_fleet.watch import first, since
+from sim_fleet.watch import BUDGET_S, INTERVAL_S, ROUND_WORK_S, first, since
 
 # long: 13.6 min measured on the shared 2-core machine (staging 306 s, the two tests ~8.5 min). Extra depth: the
 # default suite's fleet scenario (tests/scenario, step d) shows the deployed watchdog a real wedge on this fleet and
@@ -47,12 +47,9 @@ from sim_fleet.watch import first, since
 pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.long]
 
 WEDGED_HOST = "node2"
-DEADLINE_S, INTERVAL_S, FAILURES = 20.0, 15.0, 2  # the role's defaults, the foreground's too
-BUDGET_S = FAILURES * DEADLINE_S + INTERVAL_S
 # Under client load the wedged pair's members keep receiving other pairs' traffic, but its prefill's completed KV
 # transfers stop, so its timed-out canaries are not excused as "busy" (pdfleet.watchdog.observe): the budget holds
 # under load too, plus the round's own work (as the fleet scenario's step d).
-ROUND_WORK_S = 5.0
 LOADED_BUDGET_S = BUDGET_S + ROUND_WORK_S
 
 

@@ -7,9 +7,20 @@ import json
 import urllib.request
 from typing import Any
 
+import yaml
+from pdfleet.paths import REPO_ROOT
 from simcluster import ScratchCluster
 
 ROUTER_HOST = "router1"
+# The deployed watchdog's budget to name a wedge, from the role's defaults (the fleet tests keep them): failures x
+# canary deadline + interval. The budget counts to the failing canary's deadline; the round then observes the
+# other members and writes its state before the transition carries a time: ROUND_WORK_S more.
+_WATCHDOG = yaml.safe_load((REPO_ROOT / "ansible" / "roles" / "pdfleet_watchdog" / "defaults" / "main.yml").read_text())
+DEADLINE_S = float(_WATCHDOG["pdfleet_watchdog_canary_deadline_s"])
+INTERVAL_S = float(_WATCHDOG["pdfleet_watchdog_interval_s"])
+FAILURES = int(_WATCHDOG["pdfleet_watchdog_failures"])
+BUDGET_S = FAILURES * DEADLINE_S + INTERVAL_S
+ROUND_WORK_S = 5.0
 
 
 def deployed_status(c: ScratchCluster, host: str = ROUTER_HOST) -> dict[str, Any]:

@@ -69,7 +69,9 @@ class Metrics:
     model_name: str
     disaggregation_mode: str
     counters: dict[str, float] = field(default_factory=dict)
-    transfers_ms: list[float] = field(default_factory=list)  # the prefill's observed KV transfer latencies
+    # the prefill's KV transfer latency histogram: a count per bucket (TRANSFER_BUCKETS_MS, then +Inf), the sum
+    transfer_buckets: list[int] = field(default_factory=lambda: [0] * (len(TRANSFER_BUCKETS_MS) + 1))
+    transfer_sum_ms: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -88,17 +90,20 @@ class Metrics:
     def observe_transfer(self, latency_ms: float) -> None:
         """One KV transfer the prefill completed (SGLang's kv_transfer_latency_ms histogram)."""
         with self._lock:
-            self.transfers_ms.append(latency_ms)
+            self.transfer_buckets[next((i for i, le in enumerate(TRANSFER_BUCKETS_MS) if latency_ms <= le),
+                                       len(TRANSFER_BUCKETS_MS))] += 1
+            self.transfer_sum_ms += latency_ms
 
     def _transfer_lines(self, labels: dict[str, str]) -> list[str]:
         name, help_text = TRANSFER_HISTOGRAM
         with self._lock:
-            seen = list(self.transfers_ms)
+            buckets, total = list(self.transfer_buckets), self.transfer_sum_ms
         lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
-        for le in TRANSFER_BUCKETS_MS:
-            lines.append(f"{name}_bucket{_labels({**labels, 'le': str(le)})} {_fmt(sum(v <= le for v in seen))}")
-        lines += [f"{name}_bucket{_labels({**labels, 'le': '+Inf'})} {_fmt(len(seen))}",
-                  f"{name}_sum{_labels(labels)} {_fmt(sum(seen))}", f"{name}_count{_labels(labels)} {_fmt(len(seen))}"]
+        cumulative = 0
+        for le, n in zip([*map(str, TRANSFER_BUCKETS_MS), "+Inf"], buckets, strict=True):
+            cumulative += n
+            lines.append(f"{name}_bucket{_labels({**labels, 'le': le})} {_fmt(cumulative)}")
+        lines += [f"{name}_sum{_labels(labels)} {_fmt(total)}", f"{name}_count{_labels(labels)} {_fmt(cumulative)}"]
         return lines
 
     @property
