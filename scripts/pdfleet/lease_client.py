@@ -14,9 +14,8 @@ from typing import Any, Protocol
 
 from pdfleet import lease as store
 from pdfleet.lease import Lease, LeaseError, LeaseHeld
+from pdfleet.privilege import Runner
 from pdfleet.versions import LEASE_DIR, WATCHDOG_STATE_DIR
-
-Runner = Callable[[str, str], tuple[int, str, str]]  # (host, command) -> (rc, out, err)
 
 
 def _past_gone(call: Callable[[Collection[str]], Any], takeover: Collection[str]) -> Any:

@@ -18,9 +18,10 @@ from pdfleet.inventory_plan import plan_inventory
 from pdfleet.lease_client import RemoteLeases
 from pdfleet.ops import tasks
 from pdfleet.ops.leasing import drain_pair, gateway_host, ops_leases, undrain_pair
-from pdfleet.ops.restart import SUDO, RestartSteps, restart_pair
+from pdfleet.ops.restart import RestartSteps, restart_pair
 from pdfleet.ops.tasks import FAILED, OK
 from pdfleet.paths import REPO_ROOT
+from pdfleet.privilege import SUDO
 
 from ops.fakes import LoggedActions
 

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 import pytest
 from pdfleet import fleet
 from pdfleet.fleet.load import IdleResult
-from pdfleet.ops.restart import SUDO, RestartSteps, privileged, restart_pair
+from pdfleet.ops.restart import RestartSteps, restart_pair
 from pdfleet.ops.tasks import FAILED, OK
+from pdfleet.privilege import SUDO, privileged
 from pdfleet.watchdog.actions import RestartError, restart_commands
 
 from ops.fakes import LoggedActions

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from pdfleet.lease_client import LocalLeases, RemoteLeases
-from pdfleet.ops.restart import ACCESS_PROBE
+from pdfleet.privilege import ACCESS_PROBE
 from pdfleet.watchdog import cli
 from pdfleet.watchdog.actions import RestartError
 

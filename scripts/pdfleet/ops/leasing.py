@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pdfleet import fleet
 from pdfleet.lease import LeaseError, LeaseHeld
 from pdfleet.lease_client import Leases, RemoteLeases
-from pdfleet.ops.restart import AccessError, restart_prefix
 from pdfleet.ops.tasks import FAILED, OK, HostLine, Runner
 from pdfleet.planner import Plan
+from pdfleet.privilege import AccessError, restart_prefix
 from pdfleet.remote import RemoteError
 
 # What undrain may take over without --break-lease: a pair the watchdog left out for a person to put back.

@@ -14,11 +14,10 @@ from pdfleet import fleet
 from pdfleet.fleet.http import HTTPError, call
 from pdfleet.lease import Lease
 from pdfleet.planner import Plan
+from pdfleet.privilege import Runner
 from pdfleet.remote import RemoteError
 from pdfleet.versions import RECORD_NAME
 from pdfleet.watchdog.statefile import DEFAULT_STATE_FILE
-
-Runner = Callable[[str, str], tuple[int, str, str]]  # (host, command) -> (rc, out, err); RemoteError if unreachable
 
 OK, FAILED, UNREACHABLE = 0, 1, 2
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pdfleet import fleet
 from pdfleet.errors import PdfleetError
 from pdfleet.fleet.http import HTTPError, call
+from pdfleet.privilege import AccessError, privileged, restart_prefix
+from pdfleet.remote import RemoteError
 from pdfleet.watchdog.journal import JournalUnavailable, JournalWatch, Runner
 
 # The checks of the gate after a restart: config, deep liveness and recovery through a private router. No
@@ -45,9 +47,6 @@ def privileged_ssh(ssh: Runner) -> Runner:
     """``ssh`` for unit restarts on other hosts: as root, or through `sudo -n` for an unprivileged SSH user (the
     production operator; plain, systemctl asks for interactive authentication and fails), as `pdfleet ops restart`
     runs them; each host asked once. A host where the user has neither: RestartError naming it."""
-    from pdfleet.ops.restart import AccessError, privileged, restart_prefix
-    from pdfleet.remote import RemoteError
-
     prefixes: dict[str, str] = {}
     wrapped = privileged(ssh, prefixes)
 

@@ -25,6 +25,8 @@ from pdfleet.inventory import InventorySource
 from pdfleet.inventory_flags import add_vault_arguments, source_from_args
 from pdfleet.lease_client import Leases, LocalLeases, RemoteLeases
 from pdfleet.paths import DEFAULT_INVENTORY
+from pdfleet.privilege import AccessError, restart_prefix
+from pdfleet.remote import RemoteError
 from pdfleet.table import format_table
 from pdfleet.versions import LEASE_DIR, PINS, router_module
 from pdfleet.watchdog.actions import FleetActions, RestartError, local_shell, privileged_ssh
@@ -125,9 +127,6 @@ def _leases(args: argparse.Namespace, gateway: str) -> Leases | None:
         return LocalLeases("watchdog", directory=args.lease_dir)
     if not gateway:
         raise WatchdogUsageError(f"{args.plan or args.inventory}: the plan has no router host for the pair leases")
-    from pdfleet.ops.restart import AccessError, restart_prefix
-    from pdfleet.remote import RemoteError
-
     ssh = _ssh_runner(source_from_args(args))
     try:
         prefix = restart_prefix(ssh, gateway)

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pdfleet.privilege import Runner
 from pdfleet.verify.signatures import scan_text
 
 # Categories that make a pair DEGRADED (the protocol's "must be 0" ones; dropped frames are the patched code
@@ -26,7 +26,6 @@ ALARMING = ("thread_death", "transfer_error")
 CURSOR_PREFIX = "-- cursor: "
 INVOCATION_PREFIX = "pdfleet-invocation: "
 
-Runner = Callable[[str, str], tuple[int, str, str]]  # (host, shell command) -> (rc, stdout, stderr)
 
 
 class JournalUnavailable(Exception):
