@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from pdfleet.verify.metrics import parse_prometheus
-from pdfleet.watchdog.progress import TRANSFERS_DONE
+from pdfleet.watchdog.progress import PROGRESS_COUNTERS, TRANSFERS_DONE, progress_counters
 from pdfleet_sim.testing.localpd import HOST, free_port, http_get, http_json
 from pdfleet_sim.testing.simclient import chat_body
 
@@ -75,16 +75,21 @@ def test_bootstrap_routes(sim_python: str, fake_env: dict[str, str], tmp_path: P
         p.close()
 
 
-def _transfers_done(url: str) -> float:
-    """The prefill's completed KV transfers, as the watchdog reads them (SGLang's kv_transfer_latency_ms count)."""
-    return parse_prometheus(http_get(url + "/metrics")[1].decode())[TRANSFERS_DONE]
+def _transfers_done(url: str) -> float | None:
+    """The prefill's completed KV transfers, as the watchdog reads them (SGLang's kv_transfer_latency_ms count);
+    None while it exports no sample (before its first transfer, as SGLang's labelled histogram)."""
+    return parse_prometheus(http_get(url + "/metrics")[1].decode()).get(TRANSFERS_DONE)
 
 
 def test_pd_request_completes(pair: Pair) -> None:
-    done = _transfers_done(pair.prefill.url)
+    assert _transfers_done(pair.prefill.url) is None  # fresh: the histogram has no sample yet
+    assert progress_counters("prefill", parse_prometheus(http_get(pair.prefill.url + "/metrics")[1].decode())) \
+        == PROGRESS_COUNTERS["prefill"]  # so the watchdog reads the request counters until the first transfer
     status, res = pair.request(max_tokens=10)
     assert status == 200, res
-    assert _transfers_done(pair.prefill.url) == done + 1
+    assert _transfers_done(pair.prefill.url) == 1
+    status, res = pair.request(max_tokens=10)
+    assert status == 200 and _transfers_done(pair.prefill.url) == 2, res
     assert res["usage"]["completion_tokens"] == 10 and res["id"].startswith("chatcmpl-")  # type: ignore[index]
     wait_until(lambda: not stage_counts(pair.prefill.url) and not stage_counts(pair.decode.url), 5, "queues to drain")
 

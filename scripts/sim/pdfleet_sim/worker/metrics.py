@@ -99,6 +99,10 @@ class Metrics:
         with self._lock:
             buckets, total = list(self.transfer_buckets), self.transfer_sum_ms
         lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+        if not sum(buckets):
+            # as SGLang's labelled histogram (prometheus-client): no sample before the first observation, so a
+            # fresh prefill has no count and the watchdog falls back to its request counters until one transfer
+            return lines
         cumulative = 0
         for le, n in zip([*map(str, TRANSFER_BUCKETS_MS), "+Inf"], buckets, strict=True):
             cumulative += n
