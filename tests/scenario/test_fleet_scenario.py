@@ -13,8 +13,10 @@ d. a real wedge: node3 is still pristine (b never reached it); one foreign frame
    (pdfleet_sim.testing.realwedge), confirmed by the prefill's journal, under client load through the router; the
    watchdog deployed on router1 (which cannot read node3's journal) names node3 WEDGED within its budget all the
    same (its prefill's completed KV transfers stop), node1 and node2 make no transition, Prometheus
-   fires PdfleetPairWedged for node3. Alert mode acts on nothing; the step restarts node3's units and the
-   watchdog sees the pair OK again.
+   fires PdfleetPairWedged for node3. Alert mode acts on nothing. Then the operator's watchdog, run from this
+   machine with remediation restart as the unprivileged operator (the production path: SSH, sudo, the Vault
+   file), names node3 WEDGED from its journal, restarts the pair (drained, gated in isolation, put back), and both
+   watchdogs see it OK again.
 a. the patch rollout (pristine -> patched) under independent client load through the router (short requests,
    and long ones that outlast the gap between a pair leaving the router and its units stopping): node1 is at
    the target already and skipped, node2, node3 (and router1's venv) are rolled one at a time: 0 failed and 0
@@ -50,6 +52,7 @@ import time
 import urllib.error
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -65,7 +68,18 @@ from pdfleet_sim.testing.realwedge import foreign_frame, rank_sockets
 from rollout.helpers import ListingWatch, PairingWatch, Run, get_json, rollout
 from sim_faults.conftest import START_BUDGET_S, Timing
 from sim_faults.test_faults import PREFILL, kill9, main_pid, worker_bound
-from sim_fleet.watch import BUDGET_S, ROUND_WORK_S, ROUTER_HOST, deployed_status, firing, first, since
+from sim_fleet.watch import (
+    BUDGET_S,
+    ROUND_WORK_S,
+    ROUTER_HOST,
+    deployed_status,
+    firing,
+    first,
+    foreground_watchdog,
+    local_status,
+    restarts_ok,
+    since,
+)
 from simcluster import BIN, SITE, ScratchCluster, wait_for
 
 from .conftest import Fleet, set_instance_name
@@ -242,7 +256,7 @@ def watchdog_evidence(c: ScratchCluster, host: str, after: float) -> str:
             f"transitions since the frame: {since(doc, host, after)}\njournal:\n{journal}")
 
 
-def test_d_real_wedge_named_by_the_deployed_watchdog(fleet: Fleet) -> None:
+def test_d_real_wedge_named_by_the_deployed_watchdog(fleet: Fleet, tmp_path: Path) -> None:
     c = fleet.cluster
     elapsed = timed(fleet, "d: a real wedge of the pristine SGLang thread")
     assert rollout_status(c)[WEDGED_HOST]["installed"]["patched"] is False  # the pristine stack
@@ -279,15 +293,32 @@ def test_d_real_wedge_named_by_the_deployed_watchdog(fleet: Fleet) -> None:
     assert all(since(doc, h, sent) == [] for h in others), doc["transitions"]
     assert not any(firing(fleet.prometheus, "PdfleetPairWedged", h) for h in others)
     assert doc["remediation"]["remediations"] == []  # alert mode acts on nothing
-    # heal it for the next steps (the watchdog's restart remediation has its own long test)
-    healed = time.time()
-    units = " ".join(m.name for m in fleet.pairs[WEDGED_HOST].members)
-    proc = c.ssh(f"systemctl restart {units}", host=WEDGED_HOST, timeout=600)
-    assert proc.returncode == 0, proc.stderr
+    # heal it the way the operator's watchdog does: `pdfleet watchdog run -i --remediation restart` from this
+    # machine as the unprivileged operator (journal, restart and the pair lease on router1 over SSH through sudo,
+    # the gateway key from the Vault file); it names the pair from node3's journal, drains it, restarts its units,
+    # gates it in isolation and puts it back
+    started = time.time()
+    with foreground_watchdog(c, tmp_path, "restart", wait_ok=False) as state:
+        try:
+            healed = wait_for(f"foreground watchdog: {WEDGED_HOST} WEDGED, restarted, OK",
+                              lambda: (d := local_status(state)) and (w := first(d, WEDGED_HOST, "WEDGED", started))
+                              and first(d, WEDGED_HOST, "OK", w) and restarts_ok(d, WEDGED_HOST) >= 1 and d,
+                              900, 2.0)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{json.dumps(local_status(state), default=str)[-4000:]}") from e
+    wedged_at = first(healed, WEDGED_HOST, "WEDGED", started)
+    ok_at = first(healed, WEDGED_HOST, "OK", wedged_at)
+    named_by = next(t["reasons"] for t in since(healed, WEDGED_HOST, started) if t["to"] == "WEDGED")
+    say(f"d: the operator's restart watchdog named {WEDGED_HOST} WEDGED {wedged_at - started:.1f} s after its start "
+        f"({named_by}), OK again {ok_at - started:.1f} s after it")
+    assert any(r.startswith("journal: ") for r in named_by), named_by  # from node3's journal, over SSH
+    assert restarts_ok(healed, WEDGED_HOST) == 1, healed["remediation"]
+    assert all(since(healed, h, started) == [] for h in others), healed["transitions"]
     wait_for(f"deployed watchdog: {WEDGED_HOST} OK again",
-             lambda: first(deployed_status(c), WEDGED_HOST, "OK", healed), 600, 2.0)
+             lambda: first(deployed_status(c), WEDGED_HOST, "OK", started), 600, 2.0)
     assert_serving(c, "after d")
-    fleet.step("d", seconds=elapsed(), ok_again_after_restart_s=round(time.time() - healed, 1))
+    fleet.step("d", seconds=elapsed(), restart_watchdog_wedged_s=round(wedged_at - started, 1),
+               restart_watchdog_named_by=named_by, ok_again_after_restart_s=round(ok_at - started, 1))
 
 
 def test_a_patch_rollout_under_load(fleet: Fleet) -> None:

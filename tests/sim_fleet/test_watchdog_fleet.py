@@ -19,8 +19,6 @@ on its own host only (docs/operating.md, "Watchdog": where it runs) and router1 
 
 from __future__ import annotations
 
-import json
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -36,10 +34,19 @@ from pdfleet.fleet import Pair, RouterClient, RouterError, pairs_from_plan
 from pdfleet.inventory_plan import plan_inventory
 from pdfleet.paths import REPO_ROOT
 from sim.test_watchdog_sim import WATCHDOG_SITE, foreign_frame
-from simcluster import BIN, ScratchCluster, scratch_cluster, skip_reason, wait_for
+from simcluster import ScratchCluster, scratch_cluster, skip_reason, wait_for
 
 from sim_fleet import watch
-from sim_fleet.watch import BUDGET_S, INTERVAL_S, ROUND_WORK_S, first, since
+from sim_fleet.watch import (
+    BUDGET_S,
+    INTERVAL_S,
+    ROUND_WORK_S,
+    first,
+    foreground_watchdog,
+    local_status,
+    restarts_ok,
+    since,
+)
 
 # long: 13.6 min measured on the shared 2-core machine (staging 306 s, the two tests ~8.5 min). Extra depth: the
 # default suite's fleet scenario (tests/scenario, step d) shows the deployed watchdog a real wedge on this fleet and
@@ -87,22 +94,10 @@ def firing(f: Fleet, alert: str, pair: str) -> bool:
     return watch.firing(f.prometheus, alert, pair)
 
 
-def local_status(state_file: Path) -> dict[str, Any]:
-    proc = subprocess.run([str(BIN / "pdfleet"), "watchdog", "status", "--state-file", str(state_file), "--json"],
-                          capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
-    return json.loads(proc.stdout)
-
-
 def wedge(f: Fleet, host: str) -> float:
     prefill = f.pairs[host].role("prefill")[0]
     assert prefill.bootstrap_port, prefill
     return foreign_frame(prefill.address, int(prefill.bootstrap_port))
-
-
-def restarts_ok(doc: dict[str, Any], host: str, action: str = "restart") -> int:
-    return sum(r["count"] for r in doc["remediation"]["remediations"]
-               if r["host"] == host and r["action"] == action and r["result"] == "ok")
 
 
 @dataclass
@@ -142,32 +137,6 @@ class MembershipPoller:
         return next((t for t, full in self.polls if t >= after and host not in full), None)
 
 
-@contextmanager
-def foreground_watchdog(f: Fleet, name: str, *args: str, wait_ok: bool = True) -> Iterator[Path]:
-    """`pdfleet watchdog run -i` from this machine (journals and restarts over SSH); its state file, once it has
-    written one (and, with ``wait_ok``, seen every pair OK)."""
-    state, log = f.tmp / f"{name}.json", f.tmp / f"{name}.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen([str(BIN / "pdfleet"), "watchdog", "run", "-i", str(f.cluster.inventory),
-                                 "--state-file", str(state), "--remediation", "restart", *args],
-                                stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
-        try:
-            wait_for(f"{name}: every pair OK" if wait_ok else f"{name}: its state file",
-                     lambda: state.exists() and (local_status(state)["ok"] or not wait_ok), 240, 2.0)
-            yield state
-        except BaseException:
-            print(f"--- {name} log (tail) ---\n{log.read_text()[-6000:]}")
-            raise
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-    print(f"--- {name} log (tail) ---\n{log.read_text()[-3000:]}")
-
-
 def test_one_wedged_pair_is_named_and_healed_while_the_others_serve(pdfleet_sim: Fleet) -> None:
     """The deployed watchdog (alert mode, on router1: it cannot read node2's journal) names the wedge from its
     canaries under load first; then the foreground watchdog (restart mode, journals over SSH) starts, names it from
@@ -188,7 +157,7 @@ def test_one_wedged_pair_is_named_and_healed_while_the_others_serve(pdfleet_sim:
         wait_for("PdfleetPairWedged firing for node2", lambda: firing(f, "PdfleetPairWedged", WEDGED_HOST), 180, 2.0)
         alert_s = time.time() - sent
         started = time.time()
-        with foreground_watchdog(f, "restart", wait_ok=False) as state:
+        with foreground_watchdog(f.cluster, f.tmp, "restart", wait_ok=False) as state:
             doc = wait_for("foreground watchdog: node2 WEDGED, restarted, OK",
                            lambda: (d := local_status(state)) and (w := first(d, WEDGED_HOST, "WEDGED", started))
                            and first(d, WEDGED_HOST, "OK", w) and restarts_ok(d, WEDGED_HOST) >= 1 and d, 900, 2.0)
@@ -228,8 +197,8 @@ def test_a_pair_that_wedges_after_each_restart_is_left_out(pdfleet_sim: Fleet) -
     others = [h for h in f.pairs if h != WEDGED_HOST]
     wait_for("deployed watchdog: every pair OK", lambda: deployed_status(f)["ok"], 240, 2.0)
     poller = MembershipPoller(f.router, f.pairs)
-    with (foreground_watchdog(f, "limit", "--max-restarts", str(max_restarts)) as state, poller.running(),
-          Load(f.cluster.router_url, f.cluster.model, rate=2.0, deadline_s=30.0) as load):
+    with (foreground_watchdog(f.cluster, f.tmp, "limit", "--max-restarts", str(max_restarts)) as state,
+          poller.running(), Load(f.cluster.router_url, f.cluster.model, rate=2.0, deadline_s=30.0) as load):
         start = time.time()
         wedges = [wedge(f, WEDGED_HOST)]
         deadline = time.monotonic() + 1200
