@@ -200,6 +200,36 @@ def test_a_gate_router_whose_package_is_missing_is_refused_naming_the_fix(tmp_pa
     assert router.proc is None and not (tmp_path / "router.log").exists()  # nothing was started
 
 
+# A stand-in for the gateway's Python: whatever `-m MODULE` it is given, it serves 200 on every GET at --port.
+FAKE_ROUTER = """#!{python}
+import http.server, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *args):
+        print("served", *args, flush=True)
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def test_the_gate_routers_log_is_removed_when_it_stops_and_kept_when_it_fails(tmp_path: Path) -> None:
+    import sys
+    pair = fleet.Pair("gpu02", (fleet.Member("m", "mono", "http://127.0.0.1:9"),))
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_ROUTER.format(python=sys.executable))
+    fake.chmod(0o755)
+    with fleet.gate.temp_router(pair, python=str(fake)) as router:
+        log = router.log
+        assert log.exists() and log.stat().st_mode & 0o077 == 0  # private while it runs
+    assert router.proc is not None and router.proc.poll() is not None and not log.exists()
+    failing = fleet.gate.TempRouter(pair, python="/bin/false")
+    with pytest.raises(fleet.gate.GateError, match=r"gate router for gpu02 exited 1.*its whole log: "), failing:
+        pass
+    assert failing.log.exists()  # named in the error, left for the operator
+    failing.log.unlink()
+
+
 def test_gate_settings_are_short_and_overridable() -> None:
     s = fleet.gate_settings(cycles=2, skip=["bench", "cascade"])
     assert s.cycles == 2 and s.skip == ("bench", "cascade") and fleet.gate_settings().window_s < 20

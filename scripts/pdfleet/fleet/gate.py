@@ -82,6 +82,13 @@ def router_command(pair: Pair, port: int, metrics_port: int, python: str = sys.e
             "--prometheus-port", str(metrics_port)]
 
 
+def _log_file() -> Path:
+    """A private (0600) file for the temporary router's output, removed when it stops unless it failed to start."""
+    fd, name = tempfile.mkstemp(prefix="pdfleet-gate-router-", suffix=".log")
+    os.close(fd)
+    return Path(name)
+
+
 @dataclass
 class TempRouter:
     """A private router process for one pair; always stopped on exit (process group, TERM then KILL)."""
@@ -90,7 +97,8 @@ class TempRouter:
     python: str = sys.executable
     startup_timeout_s: float = 60.0
     module: str = DEFAULT_ROUTER_MODULE
-    log: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="pdfleet-gate-router-", suffix=".log")[1]))
+    log: Path = field(default_factory=lambda: _log_file())
+    keep_log: bool = False  # set when the router failed to start: its error names the log, left for the operator
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
@@ -112,14 +120,18 @@ class TempRouter:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise GateError(f"the gate router for {self.pair.host} exited {self.proc.returncode}: {self._tail()}")
+                self.keep_log = True
+                raise GateError(f"the gate router for {self.pair.host} exited {self.proc.returncode}: {self._tail()} "
+                                f"(its whole log: {self.log})")
             with contextlib.suppress(HTTPError):
                 if call("GET", self.url + "/readiness", timeout_s=2.0)[0] == 200:
                     return self
             time.sleep(0.2)
+        self.keep_log = True
         self.stop()
         raise GateError(f"the gate router for {self.pair.host} was not ready in {self.startup_timeout_s:g} s "
-                        f"(its workers {', '.join(self.pair.urls)} may be down): {self._tail()}")
+                        f"(its workers {', '.join(self.pair.urls)} may be down): {self._tail()} (its whole log: "
+                        f"{self.log})")
 
     def _tail(self) -> str:
         try:
@@ -128,6 +140,13 @@ class TempRouter:
             return "(no log)"
 
     def stop(self) -> None:
+        try:
+            self._stop_process()
+        finally:
+            if not self.keep_log:
+                self.log.unlink(missing_ok=True)
+
+    def _stop_process(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
         with contextlib.suppress(ProcessLookupError):
@@ -140,7 +159,11 @@ class TempRouter:
             self.proc.wait(timeout=5)
 
     def __enter__(self) -> TempRouter:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()  # a start that failed: the process gone, the log kept only when the error names it
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
