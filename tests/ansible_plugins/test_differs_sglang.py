@@ -82,13 +82,13 @@ def test_each_entry_differs_alone_where_its_task_has_work(entry: str, cfg: dict,
     assert SGLANG.differs(cfg, CONVERGED | found) == NONE | {entry: True}
 
 
-def test_no_venv_differs_in_sim_mode_and_leaves_the_pypi_install_to_pip() -> None:
-    """No venv: sim mode creates it (and everything in it differs); pypi mode's pip creates it with the stack."""
+def test_no_venv_differs_in_both_modes() -> None:
+    """No venv: the role creates it (in pypi mode before it writes the hash lock into it and installs from it)."""
     bare = {"debs_missing": [], "purelib": "", "dists": [], "conn_sha256": "", "wheel_ok": False,
             "files": {RECORD: None, MARKER: None}}
     assert SGLANG.differs(CFG, bare) == dict.fromkeys(SGLANG.DIFFERS, True) | {"debs": False, "pypi_stack": False,
                                                                              "stray_router": False}
-    assert SGLANG.differs(PYPI, bare) == NONE | {"pypi_stack": True}
+    assert SGLANG.differs(PYPI, bare) == NONE | {"venv": True, "pypi_stack": True}
     assert SGLANG.patch_differs(CFG, bare) == dict.fromkeys(SGLANG.PATCH, True)
     assert SGLANG.sim_missing(CFG, bare) == ["sglang==0.5.23", "foo-bar==1.0", "x-y==2"]
     assert SGLANG.sim_missing(PYPI, bare) == []
@@ -217,7 +217,7 @@ def test_the_whole_probe_finds_everything_to_do_on_a_bare_host(tmp_path: Path) -
     assert out["patch"] == dict.fromkeys(SGLANG.PATCH, True)
     assert out["sim_missing"] == ["sglang==0.5.23", "foo-bar==1.0", "x-y==2"]
     pypi = run_probe("sglang", bare | {"want": bare["want"] | {"install_mode": "pypi"}})
-    assert pypi["differs"] == NONE | {"debs": True, "pypi_stack": True} and pypi["sim_missing"] == []
+    assert pypi["differs"] == NONE | {"debs": True, "venv": True, "pypi_stack": True} and pypi["sim_missing"] == []
 
 
 # The gateway's venv against its hash lock (probe.router): the shipped smg lock itself, the venv in tmp_path.
@@ -225,19 +225,20 @@ def test_the_whole_probe_finds_everything_to_do_on_a_bare_host(tmp_path: Path) -
 GATEWAY_LOCK = ROLES / "sglang" / "files" / "gateway" / "smg-1.13.0.lock"
 
 
-def _gateway(tmp_path: Path, python: str = "3.11") -> tuple[dict, Path]:
-    """Settings for a router venv at tmp_path/gateway with every requirement of the shipped lock for ``python``
+def _gateway(tmp_path: Path, python: str = "3.11", source: Path = GATEWAY_LOCK, name: str = "gateway",
+             lock_name: str = "pdfleet-gateway.lock") -> tuple[dict, Path]:
+    """Settings for a venv at tmp_path/<name> with every requirement of the shipped lock ``source`` for ``python``
     installed and the lock file written as the role writes it; the venv's site-packages."""
-    venv = tmp_path / "gateway"
+    venv = tmp_path / name
     lib = venv / "lib" / f"python{python}" / "site-packages"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").write_text("")
-    text = GATEWAY_LOCK.read_text()
-    for pin in SGLANG.router_missing(text, python, set()):
-        name, _sep, version = pin.partition("==")
-        (lib / f"{name.replace('-', '_')}-{version}.dist-info").mkdir(parents=True)
+    text = source.read_text()
+    for pin in SGLANG.lock_missing(text, python, set()):
+        dist, _sep, version = pin.partition("==")
+        (lib / f"{dist.replace('-', '_')}-{version}.dist-info").mkdir(parents=True)
     state = {"mode": "0644", "owner": pwd.getpwuid(os.geteuid()).pw_name, "group": grp.getgrgid(os.getegid()).gr_name}
-    lock = venv / "pdfleet-gateway.lock"
+    lock = venv / lock_name
     _write(lock, text)
     return {"venv": str(venv), "lock": state | {"path": str(lock), "content": text}}, lib
 
@@ -247,10 +248,10 @@ def test_the_lock_requirements_of_a_python_are_those_without_a_marker_or_with_it
             "a==1 \\\n    --hash=sha256:" + "a" * 64 + "\n"
             'b==2 ; python_version == "3.10" \\\n    --hash=sha256:' + "b" * 64 + "\n"
             'B_c==3 ; python_version == "3.11" or python_version == "3.12" \\\n    --hash=sha256:' + "c" * 64 + "\n")
-    assert SGLANG.router_missing(text, "3.10", set()) == ["a==1", "b==2"]
-    assert SGLANG.router_missing(text, "3.11", set()) == ["a==1", "b-c==3"]
-    assert SGLANG.router_missing(text, "3.12", {"b-c==3"}) == ["a==1"]
-    assert SGLANG.router_missing(text, "3.11", {"a==1", "b-c==3", "b==2"}) == []
+    assert SGLANG.lock_missing(text, "3.10", set()) == ["a==1", "b==2"]
+    assert SGLANG.lock_missing(text, "3.11", set()) == ["a==1", "b-c==3"]
+    assert SGLANG.lock_missing(text, "3.12", {"b-c==3"}) == ["a==1"]
+    assert SGLANG.lock_missing(text, "3.11", {"a==1", "b-c==3", "b==2"}) == []
 
 
 def test_a_router_venv_that_matches_its_lock_differs_in_nothing(tmp_path: Path) -> None:
@@ -272,3 +273,39 @@ def test_a_router_venv_differs_without_a_locked_package_the_lock_file_or_the_ven
     assert run_probe("sglang", cfg | {"router": router})["router"]["differs"] is True
     out = run_probe("sglang", cfg | {"router": router | {"venv": str(tmp_path / "none")}})["router"]
     assert out == {"python": "", "missing": [], "differs": True}, out
+
+
+# The service venv against its hash lock in pypi mode (probe.service): the shipped lock of SGLang 0.5.23 itself.
+
+SERVICE_LOCK = ROLES / "sglang" / "files" / "service" / "sglang-0.5.23.lock"
+
+
+def _pypi_host(tmp_path: Path, python: str = "3.11") -> tuple[dict, Path]:
+    service, lib = _gateway(tmp_path, python, SERVICE_LOCK, "venv", "pdfleet-service.lock")
+    want = WANT | {"install_mode": "pypi", "pypi": ["sglang==0.5.23"]}
+    return {"venv": service["venv"], "conn_file": CONN_FILE, "want": want, "service": service}, lib
+
+
+@pytest.mark.parametrize("python", ["3.11", "3.12"])
+def test_a_service_venv_that_matches_its_lock_has_no_stack_to_install(tmp_path: Path, python: str) -> None:
+    cfg, _lib = _pypi_host(tmp_path, python)
+    out = run_probe("sglang", cfg)
+    assert out["service"] == {"python": python, "missing": [], "differs": False}, out["service"]
+    assert out["differs"]["pypi_stack"] is False and out["differs"]["venv"] is False
+    assert run_probe("sglang", cfg | {"service": None})["service"] is None  # sim mode sends none
+
+
+def test_a_service_venv_differs_without_a_locked_package_or_its_lock_file(tmp_path: Path) -> None:
+    """A dependency at another version (pip install by hand, or another package's install floating it), the lock
+    file changed (a new lock shipped) or gone: the stack is installed from the lock again."""
+    cfg, lib = _pypi_host(tmp_path)
+    torch = next(lib.glob("torch-*.dist-info"))
+    torch.rename(lib / "torch-2.11.0.dist-info")  # what an unlocked install of another package left
+    out = run_probe("sglang", cfg)
+    assert out["service"]["missing"] == [f"torch=={torch.name[6:-10]}"] and out["differs"]["pypi_stack"], out
+    (lib / "torch-2.11.0.dist-info").rename(torch)
+    assert run_probe("sglang", cfg)["differs"]["pypi_stack"] is False
+    Path(cfg["service"]["lock"]["path"]).write_text("# an older lock\n")
+    assert run_probe("sglang", cfg)["differs"]["pypi_stack"] is True
+    Path(cfg["service"]["lock"]["path"]).unlink()
+    assert run_probe("sglang", cfg)["differs"]["pypi_stack"] is True

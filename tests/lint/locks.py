@@ -12,6 +12,8 @@ distribution's Python and glibc, on x86-64 Linux) and write the lock file; check
     .venv/bin/python tests/lint/locks.py gateway             # the gateway's venv at constants.yml's router pin
     .venv/bin/python tests/lint/locks.py gateway --pin smg==1.14.0   # another release's (the sglang role's
                                                                      # files/gateway/<name>-<version>.lock)
+    .venv/bin/python tests/lint/locks.py service --pin sglang==0.5.23  # the service venv of a SGLang release (the
+                                                                       # sglang role's files/service/sglang-<v>.lock)
 
 A maintainer's tool beside role_readmes.py (it writes a role's file), not part of the pdfleet package: the package
 and the roles meet only through the plan. tests/lint/test_locks.py holds the shipped lock current.
@@ -52,6 +54,8 @@ class LockSpec:
     what: str  # for the header
     pins: tuple[str, ...] = ()  # the pins themselves, where there is no defaults file
     command: str = ""  # the tool's arguments that make this lock (the header and the fixes name them)
+    # the distributions (constants.yml distribution_pythons) it is made for; empty: all of them
+    distributions: tuple[str, ...] = ()
 
 
 ROLES = Path(__file__).resolve().parents[2] / "ansible" / "roles"
@@ -72,6 +76,52 @@ def gateway_spec(pin: str, command: str = "") -> LockSpec:
         raise LockError(f"{pin!r}: a gateway pin is name==version (smg==1.13.0)")
     return LockSpec(None, "", GATEWAY_LOCKS / f"{_canonical(package)}-{version}.lock",
                     f"the gateway's virtualenv ({pin})", (pin,), command or f"gateway --pin {pin}")
+
+
+# The service venv's locks, one per SGLang release the bundle ships a patch for (the sglang role installs
+# files/service/sglang-<version>.lock of the planned sglang.version in pypi mode: SGLang with every dependency).
+SERVICE_LOCKS = ROLES / "sglang" / "files" / "service"
+
+
+def service_spec(version: str) -> LockSpec:
+    """The lock of the service venv for SGLang ``version`` (a release with a patch manifest), made for the
+    distributions whose Python and glibc can install that pin (its manifest's `wheels:`). SGLang and constants.yml's
+    NIXL pin are resolved together: both live in that venv and share torch and the CUDA wheels, so one resolution
+    gives the one set of versions the venv converges to."""
+    from pdfleet.patch.errors import PatchError
+    from pdfleet.patch.wheels import load_pin_wheels
+
+    try:
+        pin = load_pin_wheels(version)
+    except PatchError as e:
+        raise LockError(str(e)) from None
+    own = pin.only({p.name for p in pin.packages if p.name in OWN_WHEELS})
+    dists = tuple(t.name for t in targets() if not own.missing(t.python, t.glibc))
+    if not dists:
+        raise LockError(f"SGLang {version} installs on none of the supported distributions ({own.pythons})")
+    nixl = f"nixl=={CONSTANTS['pins']['nixl_version']}"
+    return LockSpec(None, "", SERVICE_LOCKS / f"sglang-{version}.lock",
+                    f"the service virtualenv (SGLang {version} and NIXL, resolved together)",
+                    (f"sglang=={version}", nixl), f"service --pin sglang=={version}", dists)
+
+
+def service_locks() -> dict[str, LockSpec]:
+    """The service venv's lock of every SGLang release with a patch manifest (the planner accepts no other)."""
+    from pdfleet.patch.manifest import supported_versions
+
+    return {f"service-{v}": service_spec(v) for v in supported_versions()}
+
+
+# A SGLang pin's own wheels (its manifest's `wheels:`), which decide the distributions its service lock is for.
+OWN_WHEELS = ("sglang", "sglang-kernel", "torch")
+
+
+def service_pin_spec(pin: str) -> LockSpec:
+    """``service_spec`` of a pin given as sglang==VERSION."""
+    package, sep, version = pin.partition("==")
+    if _canonical(package) != "sglang" or not sep or not version or "/" in version or pin.strip() != pin:
+        raise LockError(f"{pin!r}: a service pin is sglang==VERSION (sglang==0.5.23)")
+    return service_spec(version)
 
 
 def _canonical(name: str) -> str:
@@ -187,6 +237,8 @@ def make(spec: LockSpec, resolve: Resolver = pip_resolve, log: Callable[[str], N
     pins = pins_of(spec)
     by_target: dict[Target, Resolved] = {}
     for t in targets():
+        if spec.distributions and t.name not in spec.distributions:
+            continue
         log(f"resolving for {t.name} (CPython {t.python}, glibc {t.glibc}) ...")
         by_target[t] = resolve(pins, t)
     return render(spec, pins, by_target)
@@ -215,14 +267,18 @@ def check(spec: LockSpec) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="write (or --check) the hash lock of a virtualenv pdfleet installs")
-    p.add_argument("name", choices=sorted(LOCKS))
+    p.add_argument("name", choices=sorted([*LOCKS, "service"]))
     p.add_argument("--check", action="store_true", help="only say whether the lock matches its pins")
-    p.add_argument("--pin", help="gateway only: the router release to lock (name==version), if not constants.yml's")
+    p.add_argument("--pin", help="gateway: the router release to lock (name==version), if not constants.yml's; "
+                                 "service (required): the SGLang release, sglang==VERSION")
     args = p.parse_args(argv)
-    if args.pin and args.name != "gateway":
-        p.error("--pin goes with gateway only")
+    if args.pin and args.name not in ("gateway", "service"):
+        p.error("--pin goes with gateway or service only")
+    if args.name == "service" and not args.pin:
+        p.error("service needs --pin sglang==VERSION (a release with a patch manifest)")
     try:
-        spec = gateway_spec(args.pin) if args.pin else LOCKS[args.name]
+        spec = (service_pin_spec(args.pin) if args.name == "service"
+                else gateway_spec(args.pin) if args.pin else LOCKS[args.name])
         if args.check:
             problem = check(spec)
             print(problem or f"{spec.path}: current", file=sys.stderr if problem else sys.stdout)

@@ -37,9 +37,12 @@ def _requirements(text: str) -> dict[str, list[str]]:
     return out
 
 
-@pytest.mark.parametrize("name", sorted(locks.LOCKS))
+ALL_LOCKS = {**locks.LOCKS, **locks.service_locks()}
+
+
+@pytest.mark.parametrize("name", sorted(ALL_LOCKS))
 def test_the_shipped_lock_is_current_and_hashes_every_requirement(name: str) -> None:
-    spec = locks.LOCKS[name]
+    spec = ALL_LOCKS[name]
     assert locks.check(spec) == ""
     reqs = _requirements(spec.path.read_text())
     assert reqs and all(reqs.values()), "a requirement without a hash"
@@ -126,3 +129,45 @@ def test_a_gateway_lock_of_another_release_is_made_by_its_pin_and_a_bad_pin_is_r
         assert "a gateway pin is name==version" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         locks.main(["watchdog", "--pin", "smg==1.0"])
+
+
+def test_every_sglang_release_has_a_service_lock_for_the_distributions_that_install_it() -> None:
+    """The sglang role installs the planned release's files/service/sglang-<version>.lock (pypi mode): one per
+    release with a patch manifest, made with the NIXL pin, for exactly the distributions whose Python has the pin's
+    wheels (0.5.23 has none for Ubuntu 22.04's 3.10: a marker-free lock of 3.11 and 3.12)."""
+    from pdfleet.patch.manifest import supported_versions
+    from pdfleet.versions import PINS
+
+    specs = locks.service_locks()
+    assert sorted(specs) == sorted(f"service-{v}" for v in supported_versions())
+    assert {p.name for p in locks.SERVICE_LOCKS.glob("*.lock")} == {s.path.name for s in specs.values()}
+    for version in supported_versions():
+        spec = specs[f"service-{version}"]
+        assert spec.path.name == f"sglang-{version}.lock"
+        assert locks.lock_pins(spec.path.read_text()) == [f"nixl=={PINS['nixl_version']}", f"sglang=={version}"]
+    assert "ubuntu-jammy" not in specs["service-0.5.23"].distributions
+    assert "ubuntu-jammy" in specs["service-0.5.15.post1"].distributions
+    text = specs["service-0.5.23"].path.read_text()
+    assert 'python_version == "3.10"' not in text and "ubuntu-jammy" not in text
+
+
+def test_a_service_lock_is_made_by_its_pin_and_a_bad_pin_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(locks, "SERVICE_LOCKS", tmp_path / "service")
+    made: list[tuple[str, ...]] = []
+
+    def fake_make(spec: locks.LockSpec, log: object) -> str:
+        made.append(spec.distributions)
+        return locks.render(spec, locks.pins_of(spec), {t: _fake(spec.pins, t) for t in locks.targets()
+                                                        if t.name in spec.distributions})
+
+    monkeypatch.setattr(locks, "make", fake_make)
+    assert locks.main(["service", "--pin", "sglang==0.5.23"]) == 0
+    text = (tmp_path / "service" / "sglang-0.5.23.lock").read_text()
+    assert "locks.py service --pin sglang==0.5.23`" in text and made == [("debian-bookworm", "ubuntu-noble")]
+    for bad, says in (("sglang", "a service pin is sglang==VERSION"), ("smg==1.13.0", "a service pin is"),
+                      ("sglang==9.9.9", "SGLang 9.9.9 has no manifest")):
+        assert locks.main(["service", "--pin", bad]) == 2
+        assert says in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        locks.main(["service"])  # the release is required

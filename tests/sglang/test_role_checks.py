@@ -1,13 +1,15 @@
 """The sglang role refuses a router release it ships no hash lock for (files/gateway/<package>-<version>.lock),
-on the router host, as its first task: before the probe and before anything changes, naming the locks it has and
-the command that makes one. Runs the role's own tasks on localhost in check mode, with the inputs the preflight
-hands it (role_inputs)."""
+on the router host, and in pypi mode a SGLang release it ships no service venv lock for
+(files/service/sglang-<version>.lock), as its first tasks: before the probe and before anything changes, naming the
+locks it has and the command that makes one. Runs the role's own tasks on localhost in check mode, with the inputs
+the preflight hands it (role_inputs)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from pdfleet.patch.manifest import supported_versions
 from pdfleet.paths import REPO_ROOT
 from pdfleet.versions import ROUTER_RELEASES
 from role_inputs import check_play, plan_inputs
@@ -43,3 +45,31 @@ def test_every_shipped_release_passes_the_check(tmp_path: Path, package: str, ve
     proc = check_play(tmp_path, body, extra)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "LOCKED=true" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_a_sglang_release_without_a_service_lock_is_refused_before_the_probe(tmp_path: Path) -> None:
+    inputs = {**plan_inputs("sglang"), "sglang_install_mode": "pypi", "sglang_version": "9.9.9"}
+    proc = check_play(tmp_path, "    - ansible.builtin.include_role:\n        name: pdfleet.cluster.sglang\n", inputs)
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0, out[-3000:]
+    assert ("localhost: the service venv installs SGLang 9.9.9 and its dependencies from a hash lock, and the sglang "
+            "role has none for it") in out, out[-3000:]
+    for version in supported_versions():
+        assert f"sglang-{version}.lock" in out, out[-3000:]
+    assert "tests/lint/locks.py service --pin sglang==9.9.9" in out, out[-3000:]
+    assert "changed=0" in out and "Probe the host once" not in out, out[-3000:]
+
+
+@pytest.mark.parametrize(("version", "mode"), [*((v, "pypi") for v in supported_versions()), ("9.9.9", "sim")])
+def test_every_sglang_release_has_its_service_lock_and_sim_mode_needs_none(tmp_path: Path, version: str,
+                                                                          mode: str) -> None:
+    body = (f"    - ansible.builtin.include_vars: {ROLE_DIR / 'vars' / 'main.yml'}\n"
+            "    - ansible.builtin.debug:\n"
+            "        msg: \"LOCKED={{ (sglang_install_mode != 'pypi' or __sglang_service_lock_name in "
+            "__sglang_service_locks) | to_json }} LEN={{ __sglang_service_lock_text | length }}\"\n")
+    extra = {**plan_inputs("sglang"), "sglang_install_mode": mode, "sglang_version": version,
+             "role_path": str(ROLE_DIR)}
+    proc = check_play(tmp_path, body, extra)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "LOCKED=true" in proc.stdout, proc.stdout[-2000:]
+    assert ("LEN=0" in proc.stdout) == (mode == "sim"), proc.stdout[-2000:]

@@ -18,8 +18,9 @@ Everything the role's no-op path needs in one round trip, instead of a module ca
   sim_missing    the pins of settings want.sim (SGLang and its sim requirements) not installed, normalised (sim mode)
   router         (settings "router": the gateway's venv, and its hash lock's path and wanted state) {python: the
                  venv's Python minor version ("" when there is no venv), missing: the lock's requirements for that
-                 Python not installed (router_missing), differs: no venv, the lock file on the host is not the wanted
+                 Python not installed (lock_missing), differs: no venv, the lock file on the host is not the wanted
                  one, or a requirement is missing}; null without those settings
+  service        the same of the service venv and its hash lock (settings "service": pypi mode); null without
   differs        which task of tasks/apply.yml has something to put back (differs(): one entry of DIFFERS each)
   patch          what tasks/patch.yml is for, as far as the probe can tell (patch_differs()): "conn_missing" (no
                  conn.py to hash), "conn" (conn.py is not the wanted file), "record" (the record file differs)
@@ -124,8 +125,9 @@ def sim_missing(cfg: dict, found: dict) -> list[str]:
 def differs(cfg: dict, found: dict) -> dict[str, bool]:
     """Which entries differ on the host (DIFFERS), from the settings' "want" and what the probe found:
     debs        a prerequisite .deb is not installed
-    venv        sim mode, and there is no venv (no site-packages with a bin/python)
-    pypi_stack  pypi mode, and a pin of want.pypi (SGLang) is not installed
+    venv        there is no venv (no site-packages with a bin/python)
+    pypi_stack  pypi mode, and a pin of want.pypi (SGLang) is not installed, or the venv differs from its hash lock
+                (found "service": the lock file on the host, or a locked requirement missing)
     pth         sim mode, and <site-packages>/pdfleet-runtime.pth is not want.pth (content, mode, owner, group)
     sim_stack   sim mode, and a pin of want.sim is not installed (sim_missing)
     wheel       sim mode, and a sim wheel is not installed or a file of it is off its RECORD, or the marker file
@@ -139,15 +141,16 @@ def differs(cfg: dict, found: dict) -> dict[str, bool]:
     marker = want["wheel_marker"]
     wheel_stale = not found["wheel_ok"] or files.get(marker["path"]) != _state(marker)
     return {"debs": len(found["debs_missing"]) > 0,
-            "venv": sim and not purelib,
-            "pypi_stack": pypi and any(pin_key(pin) not in dists for pin in want["pypi"]),
+            "venv": (sim or pypi) and not purelib,
+            "pypi_stack": pypi and (any(pin_key(pin) not in dists for pin in want["pypi"])
+                                    or (found.get("service") or {}).get("differs", False)),
             "pth": sim and files.get(f"{purelib}/{PTH}") != _state(want["pth"]),
             "sim_stack": sim and len(sim_missing(cfg, found)) > 0,
             "wheel": sim and wheel_stale,
             "stray_router": any(d.partition("==")[0] in ROUTER_DISTS for d in found["dists"])}
 
 
-def router_missing(lock_text: str, python: str, dists: set) -> list[str]:
+def lock_missing(lock_text: str, python: str, dists: set) -> list[str]:
     """The requirements of a hash lock's text that apply to CPython ``python`` ("3.11": no marker, or a marker that
     names it) and are not among ``dists``, normalised (pin_key), in the lock's order."""
     out = []
@@ -161,12 +164,12 @@ def router_missing(lock_text: str, python: str, dists: set) -> list[str]:
     return out
 
 
-def router_state(router: dict) -> dict:
-    """The gateway's venv against its hash lock (settings "router": venv, lock: path, content, mode, owner, group)."""
-    lock = router["lock"]
-    purelib = purelib_of(router["venv"])
-    python = _minor_of(purelib) if purelib and os.path.isfile(os.path.join(router["venv"], "bin", "python")) else ""
-    missing = router_missing(lock["content"], python, set(dists_of(purelib))) if python else []
+def lock_state(venv_lock: dict) -> dict:
+    """A venv against its hash lock (settings "router" or "service": venv, lock: path, content, mode, owner, group)."""
+    lock = venv_lock["lock"]
+    purelib = purelib_of(venv_lock["venv"])
+    python = _minor_of(purelib) if purelib and os.path.isfile(os.path.join(venv_lock["venv"], "bin", "python")) else ""
+    missing = lock_missing(lock["content"], python, set(dists_of(purelib))) if python else []
     return {"python": python, "missing": missing,
             "differs": not python or _file(lock["path"]) != _state(lock) or len(missing) > 0}
 
@@ -204,7 +207,8 @@ def main() -> None:
         cfg["files"] = cfg.get("files", []) + [f"{purelib}/{p}" for p in cfg.get("purelib_files", [])]
     out["files"] = {path: _file(path) for path in cfg.get("files", [])}
     out["python"] = _python(cfg, out["purelib"])
-    out["router"] = router_state(cfg["router"]) if cfg.get("router") else None
+    out["router"] = lock_state(cfg["router"]) if cfg.get("router") else None
+    out["service"] = lock_state(cfg["service"]) if cfg.get("service") else None
     if "want" in cfg:  # without a wanted state (the entry point `python`) there is no verdict, never a silent one
         out["sim_missing"] = sim_missing(cfg, out)
         out["router_dists"] = [d.partition("==")[0] for d in out["dists"] if d.partition("==")[0] in ROUTER_DISTS]
