@@ -2,6 +2,8 @@
 
 * Every pinned package's wheel file names, as pip lists them (nothing downloaded), give the Pythons and glibc
   floor the manifests' `wheels:` and constants.yml `pin_wheels` record (default suite: one look-up each).
+* The sglang wheel of each service venv lock (the sglang role's files/service/sglang-<version>.lock) downloads
+  with pip --require-hashes, and with its hashes one digit off pip refuses it (default suite).
 * Long: pip's resolver takes the whole `pypi` stack (the pinned sglang, the router, the overlay requirements of
   constants.yml, and NIXL) for each supported distribution's Python and glibc, installing nothing
   (`pip install --dry-run --report`), and agrees with the decision of pdfleet.patch.wheels: where it says the pin
@@ -123,3 +125,40 @@ def test_the_overlay_requirements_install_with_the_pin(version: str, tmp_path: P
     rc, out, _ = _resolve([f"sglang=={version}", *OVERLAY_REQUIREMENTS[version]], look["python"], look["glibc"],
                           tmp_path)
     assert rc == 0, "\n".join(line for line in out.splitlines() if "ERROR" in line or "requires" in line)[-3000:]
+
+
+def _lock_block(text: str, name: str) -> str:
+    """The requirement of ``name`` in a hash lock, with its hash lines, as the lock writes it."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{name}=="))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith(" ")), len(lines))
+    return "\n".join(lines[start:end]) + "\n"
+
+
+@pytest.mark.parametrize("version", patches.supported_versions())
+def test_the_service_locks_hashes_are_the_registrys_files_and_pip_refuses_another(version: str,
+                                                                                   tmp_path: Path) -> None:
+    """The sglang wheel of each service lock (files/service/sglang-<version>.lock), downloaded the way the role
+    installs it (pip --require-hashes, through this machine's pip configuration): the lock's hash is the file the
+    registry serves, and one digit off is refused."""
+    from pdfleet.paths import REPO_ROOT
+
+    lock = REPO_ROOT / "ansible" / "roles" / "sglang" / "files" / "service" / f"sglang-{version}.lock"
+    block = _lock_block(lock.read_text(), "sglang")
+    assert block.startswith(f"sglang=={version}") and "--hash=sha256:" in block, block
+
+    def download(requirement: str, dest: Path) -> subprocess.CompletedProcess[str]:
+        req = tmp_path / f"{dest.name}.txt"
+        req.write_text(requirement)
+        return subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
+                               "--only-binary=:all:", "--python-version", GOLDEN_PYTHON, "--implementation", "cp",
+                               *_platforms("2.36"), "--progress-bar", "off", "-d", str(dest), "-r", str(req)],
+                              capture_output=True, text=True, timeout=600, check=False)
+
+    ok = download(block, tmp_path / "ok")
+    assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr[-2000:]
+    assert [p.name for p in (tmp_path / "ok").glob("sglang-*.whl")], list((tmp_path / "ok").iterdir())
+    # each hash of the block (one per wheel: a Python-specific release has several) one digit off
+    flipped = re.sub(r"(--hash=sha256:[0-9a-f]{63})([0-9a-f])", lambda m: m[1] + ("0" if m[2] != "0" else "1"), block)
+    bad = download(flipped, tmp_path / "bad")
+    assert bad.returncode != 0 and "DO NOT MATCH THE HASHES" in bad.stdout + bad.stderr, bad.stderr[-2000:]
