@@ -65,13 +65,16 @@ def plan_inputs(role: str, sglang_version: str = "0.5.15.post1", patched: bool =
     }.get(role, {})
 
 
-def check_play(tmp_path: Path, body: str, extra: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+def check_play(tmp_path: Path, body: str, extra: dict[str, Any],
+               system_path: bool = False) -> subprocess.CompletedProcess[str]:
     """A play on localhost (local connection, check mode) whose tasks are ``body`` (YAML, indented for ``tasks:``),
-    with ``extra`` as its extra vars: how a test runs a role's own tasks alone, without touching this machine."""
+    with ``extra`` as its extra vars: how a test runs a role's own tasks alone, without touching this machine.
+    ``system_path``: the system's /usr/bin and /bin on PATH too (a role whose read-only probe runs host tools)."""
     book = tmp_path / "play.yml"
     book.write_text("- hosts: localhost\n  connection: local\n  gather_facts: false\n  tasks:\n" + body)
     (tmp_path / "vars.json").write_text(json.dumps(extra))
     bin_dir = Path(sys.executable).parent
+    path = f"{bin_dir}:/usr/bin:/bin" if system_path else str(bin_dir)
     return subprocess.run([str(bin_dir / "ansible-playbook"), "-i", "localhost,", "--check", str(book),
                            "-e", f"@{tmp_path / 'vars.json'}"], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=300, check=False, env={"PATH": str(bin_dir), "ANSIBLE_NOCOLOR": "1"})
+                          timeout=300, check=False, env={"PATH": path, "ANSIBLE_NOCOLOR": "1"})

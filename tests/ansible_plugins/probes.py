@@ -41,6 +41,11 @@ def run_probe(role: str, settings: dict, env: dict[str, str] | None = None) -> d
     return json.loads(proc.stdout)
 
 
+def load_common() -> ModuleType:
+    """pdfleet_probe_common itself (what every probe imports)."""
+    return _load("pdfleet_probe_common", COMMON)
+
+
 def load_probe(role: str) -> ModuleType:
     """The role's probe as a module (its main() runs only as __main__), with pdfleet_probe_common importable."""
     _load("pdfleet_probe_common", COMMON)

@@ -80,3 +80,59 @@ def test_the_whole_probe_reports_differs_from_what_it_finds(tmp_path: Path) -> N
     converged = run_probe("nixl", bare | {"venv": str(venv), "packages": ["coreutils"]})
     assert converged["differs"] == dict.fromkeys(NIXL.DIFFERS, False), converged
     assert converged["dists"] == ["nixl-cu12==0.7.1", "nixl==0.7.1"]
+
+
+# pypi mode: the service venv against its hash lock (the shipped lock of SGLang 0.5.23, resolved with the NIXL pin).
+
+SERVICE_LOCK = Path(__file__).resolve().parents[2] / "ansible" / "roles" / "sglang" / "files" / "service" \
+    / "sglang-0.5.23.lock"
+
+
+def _locked_host(tmp_path: Path) -> tuple[dict, Path]:
+    """pypi settings with the lock, and a venv holding every requirement of it for Python 3.11 and the lock file
+    written as the role writes it (this machine's user as its owner)."""
+    import grp
+    import os
+    import pwd
+
+    from ansible_plugins.probes import load_common
+
+    text = SERVICE_LOCK.read_text()
+    venv = tmp_path / "venv"
+    lib = venv / "lib" / "python3.11" / "site-packages"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    for pin in load_common().lock_missing(text, "3.11", set()):
+        name, _sep, version = pin.partition("==")
+        (lib / f"{name.replace('-', '_')}-{version}.dist-info").mkdir(parents=True)
+    lock = venv / "pdfleet-service.lock"
+    lock.write_text(text)
+    lock.chmod(0o644)
+    state = {"path": str(lock), "content": text, "mode": "0644", "owner": pwd.getpwuid(os.geteuid()).pw_name,
+             "group": grp.getgrgid(os.getegid()).gr_name}
+    nixl = next(line.split(" ")[0] for line in text.splitlines() if line.startswith("nixl=="))
+    cfg = {"venv": str(venv), "ucx_info": "/nonexistent", "nvidia_smi": "/nonexistent", "packages": [],
+           "want": WANT | {"install_mode": "pypi", "meta": nixl}, "lock": {"venv": str(venv), "lock": state}}
+    return cfg, lib
+
+
+def test_pypi_mode_installs_nothing_on_a_venv_that_matches_the_service_lock(tmp_path: Path) -> None:
+    cfg, _lib = _locked_host(tmp_path)
+    out = run_probe("nixl", cfg)
+    assert out["lock"] == {"python": "3.11", "missing": [], "differs": False}, out["lock"]
+    assert out["differs"] == dict.fromkeys(NIXL.DIFFERS, False), out["differs"]
+
+
+def test_pypi_mode_installs_from_the_lock_again_when_the_venv_or_the_lock_file_differs(tmp_path: Path) -> None:
+    """torch floated by another install, or a new lock shipped: "meta" (the locked install) has work; in sim mode
+    there is no lock to compare."""
+    cfg, lib = _locked_host(tmp_path)
+    torch = next(lib.glob("torch-*.dist-info"))
+    torch.rename(lib / "torch-2.11.0.dist-info")
+    out = run_probe("nixl", cfg)
+    assert out["lock"]["missing"] == [f"torch=={torch.name[6:-10]}"], out["lock"]
+    assert out["differs"] == dict.fromkeys(NIXL.DIFFERS, False) | {"meta": True}
+    (lib / "torch-2.11.0.dist-info").rename(torch)
+    Path(cfg["lock"]["lock"]["path"]).write_text("# an older lock\n")
+    assert run_probe("nixl", cfg)["differs"]["meta"] is True
+    assert run_probe("nixl", cfg | {"lock": None})["lock"] is None

@@ -16,9 +16,10 @@ import pytest
 from ansible.plugins.filter.core import to_nice_json
 from pdfleet.patch.roleinputs import sglang_inputs
 
-from ansible_plugins.probes import ROLES, load_probe, run_probe
+from ansible_plugins.probes import ROLES, load_common, load_probe, run_probe
 
 SGLANG = load_probe("sglang")
+COMMON = load_common()
 VENV = "/opt/pdfleet/venv"
 PURELIB = f"{VENV}/lib/python3.11/site-packages"
 CONN_FILE = "sglang/srt/disaggregation/nixl/conn.py"
@@ -234,7 +235,7 @@ def _gateway(tmp_path: Path, python: str = "3.11", source: Path = GATEWAY_LOCK, 
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").write_text("")
     text = source.read_text()
-    for pin in SGLANG.lock_missing(text, python, set()):
+    for pin in COMMON.lock_missing(text, python, set()):
         dist, _sep, version = pin.partition("==")
         (lib / f"{dist.replace('-', '_')}-{version}.dist-info").mkdir(parents=True)
     state = {"mode": "0644", "owner": pwd.getpwuid(os.geteuid()).pw_name, "group": grp.getgrgid(os.getegid()).gr_name}
@@ -248,10 +249,10 @@ def test_the_lock_requirements_of_a_python_are_those_without_a_marker_or_with_it
             "a==1 \\\n    --hash=sha256:" + "a" * 64 + "\n"
             'b==2 ; python_version == "3.10" \\\n    --hash=sha256:' + "b" * 64 + "\n"
             'B_c==3 ; python_version == "3.11" or python_version == "3.12" \\\n    --hash=sha256:' + "c" * 64 + "\n")
-    assert SGLANG.lock_missing(text, "3.10", set()) == ["a==1", "b==2"]
-    assert SGLANG.lock_missing(text, "3.11", set()) == ["a==1", "b-c==3"]
-    assert SGLANG.lock_missing(text, "3.12", {"b-c==3"}) == ["a==1"]
-    assert SGLANG.lock_missing(text, "3.11", {"a==1", "b-c==3", "b==2"}) == []
+    assert COMMON.lock_missing(text, "3.10", set()) == ["a==1", "b==2"]
+    assert COMMON.lock_missing(text, "3.11", set()) == ["a==1", "b-c==3"]
+    assert COMMON.lock_missing(text, "3.12", {"b-c==3"}) == ["a==1"]
+    assert COMMON.lock_missing(text, "3.11", {"a==1", "b-c==3", "b==2"}) == []
 
 
 def test_a_router_venv_that_matches_its_lock_differs_in_nothing(tmp_path: Path) -> None:

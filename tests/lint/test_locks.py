@@ -12,11 +12,11 @@ from pathlib import Path
 import locks
 import pytest
 import yaml
-from ansible_plugins.probes import load_probe
+from ansible_plugins.probes import load_common
 from pdfleet.versions import ROUTER_RELEASES
 
-# A requirement line as the sglang role's probe reads it on the host (a line it cannot read would go unchecked there).
-REQUIREMENT = load_probe("sglang").LOCK_LINE
+# A requirement line as the roles' probes read it on the host (a line they cannot read would go unchecked there).
+REQUIREMENT = load_common().LOCK_LINE
 
 
 def _requirements(text: str) -> dict[str, list[str]]:

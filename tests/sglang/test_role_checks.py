@@ -6,6 +6,7 @@ the preflight hands it (role_inputs)."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,35 @@ def test_every_sglang_release_has_its_service_lock_and_sim_mode_needs_none(tmp_p
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "LOCKED=true" in proc.stdout, proc.stdout[-2000:]
     assert ("LEN=0" in proc.stdout) == (mode == "sim"), proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize("mode", ["pypi", "sim"])
+def test_the_service_lock_entry_point_hands_the_lock_of_the_planned_release_on(tmp_path: Path, mode: str) -> None:
+    """provision.yml's first play: the sglang role's entry point `service_lock` sets the host fact the nixl role
+    installs NIXL from (the release's lock in pypi mode, nothing in sim mode), and refuses a release without one."""
+    body = ("    - ansible.builtin.include_role:\n        name: pdfleet.cluster.sglang\n"
+            "        tasks_from: service_lock\n"
+            "    - ansible.builtin.debug:\n        msg: \"FACT={{ sglang_service_lock | hash('sha256') }}\"\n")
+    version = "0.5.23"
+    proc = check_play(tmp_path, body, {**plan_inputs("sglang", version), "sglang_install_mode": mode})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    lock = (ROLE_DIR / "files" / "service" / f"sglang-{version}.lock").read_text() if mode == "pypi" else ""
+    assert f"FACT={hashlib.sha256(lock.encode()).hexdigest()}" in proc.stdout, proc.stdout[-2000:]
+    refused = check_play(tmp_path, body, {**plan_inputs("sglang"), "sglang_install_mode": "pypi",
+                                          "sglang_version": "9.9.9"})
+    out = " ".join((refused.stdout + refused.stderr).split())
+    assert refused.returncode != 0 and "has none for it" in out and "changed=0" in out, out[-3000:]
+
+
+def test_the_nixl_role_refuses_pypi_mode_without_the_service_lock_before_any_change(tmp_path: Path) -> None:
+    from role_inputs import plan_inputs as inputs_of
+
+    inputs = {**inputs_of("nixl"), "nixl_install_mode": "pypi", "nixl_service_lock": "",
+              "nixl_venv": str(tmp_path / "venv"), "nixl_ucx_info": "/nonexistent/ucx_info"}
+    proc = check_play(tmp_path, "    - ansible.builtin.include_role:\n        name: pdfleet.cluster.nixl\n", inputs,
+                      system_path=True)  # the probe runs dpkg-query
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0, out[-3000:]
+    assert ("localhost: nixl_install_mode pypi installs NIXL from the service venv's hash lock, and nixl_service_lock "
+            "is empty") in out, out[-3000:]
+    assert "changed=0" in out and "Install UCX with its CUDA" not in out, out[-3000:]  # apply.yml never ran

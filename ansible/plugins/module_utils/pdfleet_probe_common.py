@@ -181,3 +181,53 @@ def os_facts() -> dict[str, str]:
             "distribution_version": version, "distribution_major_version": version.split(".")[0],
             "os_family": "Debian" if "debian" in like or "ubuntu" in like else rel.get("NAME", "unknown"),
             "kernel": os.uname().release}
+
+
+# A requirement line of a hash lock (tests/lint/locks.py writes them): name==version, an optional python_version
+# marker after " ; ", and a line continuation.
+LOCK_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+?)(?: ; (.*?))? \\$")
+
+
+def file_state(path: str) -> dict | None:
+    """Content, mode, owner and group of a small file a role writes; null when missing."""
+    state = stat_of(path)
+    if state is not None:
+        state["content"] = read_text(path)
+    return state
+
+
+def wanted_state(want: dict) -> dict:
+    """The {content, mode, owner, group} of a wanted file's state (file_state reports the same keys)."""
+    return {key: want[key] for key in ("content", "mode", "owner", "group")}
+
+
+def minor_of(site_packages: str) -> str:
+    """"3.11" from ".../lib/python3.11/site-packages" ("" when there is none)."""
+    name = os.path.basename(os.path.dirname(site_packages)) if site_packages else ""
+    return name[len("python"):] if name.startswith("python3.") else ""
+
+
+def lock_missing(lock_text: str, python: str, dists: set) -> list[str]:
+    """The requirements of a hash lock's text that apply to CPython ``python`` ("3.11": no marker, or a marker that
+    names it) and are not among ``dists``, normalised (pin_key), in the lock's order."""
+    out = []
+    for line in lock_text.splitlines():
+        m = LOCK_LINE.match(line)
+        if m is None or (m.group(3) and python not in re.findall(r'python_version == "([0-9.]+)"', m.group(3))):
+            continue
+        pin = pin_key(f"{m.group(1)}=={m.group(2)}")
+        if pin not in dists:
+            out.append(pin)
+    return out
+
+
+def lock_state(venv_lock: dict) -> dict:
+    """A venv against its hash lock (venv, lock: path, content, mode, owner, group): {python: the venv's Python
+    minor version ("" when there is no venv), missing: the lock's requirements for that Python not installed,
+    differs: no venv, the lock file on the host is not the wanted one, or a requirement is missing}."""
+    lock = venv_lock["lock"]
+    purelib = purelib_of(venv_lock["venv"])
+    python = minor_of(purelib) if purelib and os.path.isfile(os.path.join(venv_lock["venv"], "bin", "python")) else ""
+    missing = lock_missing(lock["content"], python, set(dists_of(purelib))) if python else []
+    return {"python": python, "missing": missing,
+            "differs": not python or file_state(lock["path"]) != wanted_state(lock) or len(missing) > 0}

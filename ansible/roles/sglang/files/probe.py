@@ -37,7 +37,18 @@ import re
 import subprocess
 import sys
 
-from pdfleet_probe_common import debs_missing, dists_of, pin_key, purelib_of, read_text, record_bad, sha256_of, stat_of
+from pdfleet_probe_common import (
+    debs_missing,
+    dists_of,
+    file_state,
+    lock_state,
+    minor_of,
+    pin_key,
+    purelib_of,
+    record_bad,
+    sha256_of,
+    wanted_state,
+)
 
 # The entries of "differs", one per task of tasks/apply.yml (vars/main.yml: __sglang_differs).
 DIFFERS = ("debs", "venv", "pypi_stack", "pth", "sim_stack", "wheel", "stray_router")
@@ -45,25 +56,8 @@ DIFFERS = ("debs", "venv", "pypi_stack", "pth", "sim_stack", "wheel", "stray_rou
 ROUTER_DISTS = ("sglang-router", "smg")
 # The entries of "patch" (vars/main.yml: __sglang_rehash, __sglang_record_differs, __sglang_patch_differs).
 PATCH = ("conn_missing", "conn", "record")
-# A requirement line of a hash lock (tests/lint/locks.py writes them): name==version, an optional python_version
-# marker after " ; ", and a line continuation.
-LOCK_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+?)(?: ; (.*?))? \\$")
 # Where the sim mode's .pth file goes in the venv's site-packages.
 PTH = "pdfleet-runtime.pth"
-
-
-def _file(path: str) -> dict | None:
-    """Content, mode, owner and group of a small file the role writes; null when missing."""
-    state = stat_of(path)
-    if state is not None:
-        state["content"] = read_text(path)
-    return state
-
-
-def _minor_of(site_packages: str) -> str:
-    """"3.11" from ".../lib/python3.11/site-packages" ("" when there is none)."""
-    name = os.path.basename(os.path.dirname(site_packages)) if site_packages else ""
-    return name[len("python"):] if name.startswith("python3.") else ""
 
 
 def _python(cfg: dict, purelib: str) -> dict:
@@ -72,7 +66,7 @@ def _python(cfg: dict, purelib: str) -> dict:
     out = {"python": "", "python_from": "", "python_error": "",
            "glibc": libc.split()[-1] if libc.startswith("glibc ") else ""}
     if purelib:
-        out["python"], out["python_from"] = _minor_of(purelib), "the service venv " + cfg["venv"]
+        out["python"], out["python_from"] = minor_of(purelib), "the service venv " + cfg["venv"]
     elif cfg.get("python"):
         out["python_from"] = "sglang_python " + cfg["python"]
         try:
@@ -84,7 +78,7 @@ def _python(cfg: dict, purelib: str) -> dict:
             out["python_error"] = str(exc)
     if cfg.get("runtime"):
         libs = sorted(glob.glob(os.path.join(cfg["runtime"], "lib", "python3*", "site-packages")))
-        out["runtime_python"] = _minor_of(libs[-1]) if libs else ""
+        out["runtime_python"] = minor_of(libs[-1]) if libs else ""
     return out
 
 
@@ -99,11 +93,6 @@ def _wheels_bad(purelib: str, dists: dict, names: list) -> str:
         if bad:
             return bad
     return ""
-
-
-def _state(want: dict) -> dict:
-    """The {content, mode, owner, group} of a wanted file's state (the probe's _file reports the same keys)."""
-    return {key: want[key] for key in ("content", "mode", "owner", "group")}
 
 
 def record_content(fields: dict, purelib: str, conn_file: str) -> str:
@@ -139,39 +128,15 @@ def differs(cfg: dict, found: dict) -> dict[str, bool]:
     sim, pypi = want["install_mode"] == "sim", want["install_mode"] == "pypi"
     dists, files, purelib = set(found["dists"]), found["files"], found["purelib"]
     marker = want["wheel_marker"]
-    wheel_stale = not found["wheel_ok"] or files.get(marker["path"]) != _state(marker)
+    wheel_stale = not found["wheel_ok"] or files.get(marker["path"]) != wanted_state(marker)
     return {"debs": len(found["debs_missing"]) > 0,
             "venv": (sim or pypi) and not purelib,
             "pypi_stack": pypi and (any(pin_key(pin) not in dists for pin in want["pypi"])
                                     or (found.get("service") or {}).get("differs", False)),
-            "pth": sim and files.get(f"{purelib}/{PTH}") != _state(want["pth"]),
+            "pth": sim and files.get(f"{purelib}/{PTH}") != wanted_state(want["pth"]),
             "sim_stack": sim and len(sim_missing(cfg, found)) > 0,
             "wheel": sim and wheel_stale,
             "stray_router": any(d.partition("==")[0] in ROUTER_DISTS for d in found["dists"])}
-
-
-def lock_missing(lock_text: str, python: str, dists: set) -> list[str]:
-    """The requirements of a hash lock's text that apply to CPython ``python`` ("3.11": no marker, or a marker that
-    names it) and are not among ``dists``, normalised (pin_key), in the lock's order."""
-    out = []
-    for line in lock_text.splitlines():
-        m = LOCK_LINE.match(line)
-        if m is None or (m.group(3) and python not in re.findall(r'python_version == "([0-9.]+)"', m.group(3))):
-            continue
-        pin = pin_key(f"{m.group(1)}=={m.group(2)}")
-        if pin not in dists:
-            out.append(pin)
-    return out
-
-
-def lock_state(venv_lock: dict) -> dict:
-    """A venv against its hash lock (settings "router" or "service": venv, lock: path, content, mode, owner, group)."""
-    lock = venv_lock["lock"]
-    purelib = purelib_of(venv_lock["venv"])
-    python = _minor_of(purelib) if purelib and os.path.isfile(os.path.join(venv_lock["venv"], "bin", "python")) else ""
-    missing = lock_missing(lock["content"], python, set(dists_of(purelib))) if python else []
-    return {"python": python, "missing": missing,
-            "differs": not python or _file(lock["path"]) != _state(lock) or len(missing) > 0}
 
 
 def patch_differs(cfg: dict, found: dict) -> dict[str, bool]:
@@ -205,7 +170,7 @@ def main() -> None:
         if cfg.get("conn_file") and os.path.isfile(conn):
             out["conn_sha256"] = sha256_of(conn).hexdigest()
         cfg["files"] = cfg.get("files", []) + [f"{purelib}/{p}" for p in cfg.get("purelib_files", [])]
-    out["files"] = {path: _file(path) for path in cfg.get("files", [])}
+    out["files"] = {path: file_state(path) for path in cfg.get("files", [])}
     out["python"] = _python(cfg, out["purelib"])
     out["router"] = lock_state(cfg["router"]) if cfg.get("router") else None
     out["service"] = lock_state(cfg["service"]) if cfg.get("service") else None
