@@ -103,6 +103,6 @@ def test_the_nixl_role_refuses_pypi_mode_without_the_service_lock_before_any_cha
                       system_path=True)  # the probe runs dpkg-query
     out = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode != 0, out[-3000:]
-    assert ("localhost: nixl_install_mode pypi installs NIXL from the service venv's hash lock, and nixl_service_lock "
+    assert ("localhost: nixl_install_mode pypi installs NIXL from the service venv hash lock, and nixl_service_lock "
             "is empty") in out, out[-3000:]
     assert "changed=0" in out and "Install UCX with its CUDA" not in out, out[-3000:]  # apply.yml never ran
