@@ -1,12 +1,14 @@
 """`sglang_install_mode: pypi` (what a real GPU host gets) on a sim host: the sglang role installs the pinned
-SGLang and router with all their dependencies from the package index into the service venv (CUDA torch and NVIDIA's
-CUDA libraries included, several GB), then patches conn.py and writes the record; a second run changes nothing.
+SGLang with all its dependencies from the package index into the service venv, from the release's hash lock with
+pip --require-hashes (CUDA torch, NVIDIA's CUDA libraries and NIXL included, several GB): the venv then holds every
+requirement of the lock at its version; it patches conn.py and writes the record; a second run changes nothing.
 Prints the time and the venv's size. The sim host reaches the index through the sim bridge's masquerade and has
 this machine's pip configuration (its local indexes bind-mounted); nothing is imported (no GPU), so this shows the
 install path and the patch, not that SGLang runs."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_plugins.probes import load_common
 from pdfleet.paths import REPO_ROOT
 from pdfleet.versions import CONSTANTS
 from role_inputs import plan_inputs
@@ -77,8 +80,14 @@ def test_pypi_mode_installs_the_stack_then_patches_and_records(host: tuple[Path,
     dists = ssh(f"{VENV}/bin/python -m pip list --format json")
     versions = {d["name"].lower(): d["version"] for d in json.loads(dists)}
     assert versions["sglang"] == VERSION
-    assert versions[CONSTANTS["pins"]["sglang_router_package"]] == CONSTANTS["pins"]["sglang_router_version"]
+    # the venv is the lock: every requirement for the host's Python at its version (NIXL's too), nothing floated
+    lock = (REPO_ROOT / "ansible" / "roles" / "sglang" / "files" / "service" / f"sglang-{VERSION}.lock").read_text()
+    names = {k.replace("_", "-").replace(".", "-"): v for k, v in versions.items()}
+    assert load_common().lock_missing(lock, "3.11", {f"{k}=={v}" for k, v in names.items()}) == [], names
+    assert names["nixl"] == CONSTANTS["pins"]["nixl_version"]
+    assert CONSTANTS["pins"]["sglang_router_package"] not in names  # the gateway has a venv of its own
     assert "torch" in versions and "+cpu" not in versions["torch"], versions.get("torch")  # the index's CUDA build
+    assert ssh(f"sha256sum {VENV}/pdfleet-service.lock").split()[:1] == [hashlib.sha256(lock.encode()).hexdigest()]
     record = json.loads(ssh(f"cat {VENV}/{CONSTANTS['record_name']}"))
     assert record["version"] == VERSION and record["install_mode"] == "pypi" and record["patched"] is True, record
     again = _play(inv)
