@@ -29,6 +29,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pdfleet.versions import CONSTANTS
@@ -175,8 +176,42 @@ def _pins_source(spec: LockSpec) -> str:
     return f"{spec.defaults} ({spec.key})" if spec.defaults is not None else "its file name"
 
 
-Resolved = dict[str, tuple[str, str]]  # canonical name -> (version, sha256)
+Resolved = dict[str, tuple[str, str]]  # canonical name[extras] -> (version, sha256)
 Resolver = Callable[[Sequence[str], Target], Resolved]
+
+
+def _environment(target: Target, extra: str) -> dict[str, str]:
+    """PEP 508 marker variables of a host of ``target`` (CPython on x86-64 Linux)."""
+    return {"python_version": target.python, "python_full_version": f"{target.python}.0", "os_name": "posix",
+            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": ARCH,
+            "platform_python_implementation": "CPython", "implementation_name": "cpython", "extra": extra}
+
+
+def asked_extras(items: Sequence[Mapping[str, Any]], target: Target) -> dict[str, set[str]]:
+    """{canonical name: the extras asked of it} by the installed items' own requirements (metadata requires_dist) as
+    they apply on ``target``, each item's requirements under the extras asked of it in turn (pip's report names only
+    the extras a user asked for)."""
+    from packaging.requirements import Requirement
+
+    reqs = {_canonical(i["metadata"]["name"]): [Requirement(r) for r in i["metadata"].get("requires_dist") or []]
+            for i in items}
+    asked: dict[str, set[str]] = {name: {_canonical(e) for e in i.get("requested_extras") or []}
+                                  for name, i in zip(reqs, items, strict=True)}
+    changed = True
+    while changed:  # an extra asked of a package can ask extras of its own dependencies
+        changed = False
+        for name, requirements in reqs.items():
+            for req in requirements:
+                dep = _canonical(req.name)
+                if dep not in reqs or not req.extras:
+                    continue
+                applies = any(req.marker is None or req.marker.evaluate(_environment(target, e))
+                              for e in ("", *sorted(asked[name])))
+                new = {_canonical(e) for e in req.extras} - asked[dep]
+                if applies and new:
+                    asked[dep] |= new
+                    changed = True
+    return {name: extras for name, extras in asked.items() if extras}
 
 
 def pip_resolve(pins: Sequence[str], target: Target) -> Resolved:
@@ -195,12 +230,17 @@ def pip_resolve(pins: Sequence[str], target: Target) -> Resolved:
                             f"glibc {target.glibc}): {proc.stderr.strip()[-800:]}")
         doc = json.loads(report.read_text())
     out: Resolved = {}
+    asked = asked_extras(doc.get("install", []), target)
     for item in doc.get("install", []):
         hashes = item.get("download_info", {}).get("archive_info", {}).get("hashes", {})
         if "sha256" not in hashes:
             raise LockError(f"pip's report gives no sha256 for {item['metadata']['name']} ({target.name}); "
                             "the index must publish hashes")
-        out[_canonical(item["metadata"]["name"])] = (item["metadata"]["version"], hashes["sha256"])
+        # with the extras asked of it (flashinfer-python wants cuda-tile[tileiras]): pip's hash-checking mode refuses
+        # a requirement with extras unless the lock pins it with them
+        canonical = _canonical(item["metadata"]["name"])
+        extras = sorted(asked.get(canonical, set()))
+        out[canonical + (f"[{','.join(extras)}]" if extras else "")] = (item["metadata"]["version"], hashes["sha256"])
     return out
 
 

@@ -171,3 +171,22 @@ def test_a_service_lock_is_made_by_its_pin_and_a_bad_pin_is_refused(
         assert says in capsys.readouterr().err
     with pytest.raises(SystemExit):
         locks.main(["service"])  # the release is required
+
+
+def test_a_package_is_locked_with_the_extras_its_dependants_ask_of_it() -> None:
+    """pip's report names only the extras a user asked for; a dependant's `cuda-tile[tileiras]` must be pinned with
+    its extras too, or pip's hash-checking mode refuses it ("must have their versions pinned with =="). Extras
+    count where the requirement applies on the target: its marker, under the extras asked of the dependant."""
+    def item(name: str, requires: list[str], requested: list[str] | None = None) -> dict:
+        return {"metadata": {"name": name, "version": "1.0", "requires_dist": requires},
+                **({"requested_extras": requested} if requested else {})}
+
+    items = [item("flashinfer_python", ["cuda-tile[tileiras]>=1", "numpy"]),
+             item("cuda-tile", ["nvidia-tileiras; extra == 'tileiras'", "extra-lib[fast]; extra == 'tileiras'"]),
+             item("numpy", ["old[x]; python_version < '3.11'"]),
+             item("extra-lib", []), item("old", []), item("nvidia-tileiras", []),
+             item("sglang", ["outlines[cli]; extra == 'all'"], requested=["Runtime_Common"]), item("outlines", [])]
+    jammy, noble = (next(t for t in locks.targets() if t.name == n) for n in ("ubuntu-jammy", "ubuntu-noble"))
+    assert locks.asked_extras(items, noble) == {"cuda-tile": {"tileiras"}, "extra-lib": {"fast"},
+                                                "sglang": {"runtime-common"}}
+    assert locks.asked_extras(items, jammy)["old"] == {"x"}  # numpy asks it on 3.10 only

@@ -183,9 +183,11 @@ def os_facts() -> dict[str, str]:
             "kernel": os.uname().release}
 
 
-# A requirement line of a hash lock (tests/lint/locks.py writes them): name==version, an optional python_version
-# marker after " ; ", and a line continuation.
-LOCK_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+?)(?: ; (.*?))? \\$")
+# A requirement line of a hash lock (tests/lint/locks.py writes them): name[extras]==version (the extras a dependant
+# asks for: pip's hash-checking mode wants them pinned too), an optional python_version marker after " ; ", and a
+# line continuation.
+LOCK_LINE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[(?P<extras>[A-Za-z0-9._,-]+)\])?==(?P<version>\S+?)"
+                       r"(?: ; (?P<marker>.*?))? \\$")
 
 
 def file_state(path: str) -> dict | None:
@@ -213,9 +215,9 @@ def lock_missing(lock_text: str, python: str, dists: set) -> list[str]:
     out = []
     for line in lock_text.splitlines():
         m = LOCK_LINE.match(line)
-        if m is None or (m.group(3) and python not in re.findall(r'python_version == "([0-9.]+)"', m.group(3))):
+        if m is None or (m["marker"] and python not in re.findall(r'python_version == "([0-9.]+)"', m["marker"])):
             continue
-        pin = pin_key(f"{m.group(1)}=={m.group(2)}")
+        pin = pin_key(f"{m['name']}=={m['version']}")
         if pin not in dists:
             out.append(pin)
     return out
