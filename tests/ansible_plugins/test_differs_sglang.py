@@ -255,7 +255,8 @@ def test_the_lock_requirements_of_a_python_are_those_without_a_marker_or_with_it
     assert COMMON.lock_missing(text, "3.11", {"a==1", "b-c==3", "b==2"}) == []
     # a requirement pinned with the extras a dependant asks for (pip's hash-checking mode needs them) is the
     # distribution itself once installed
-    extras = text + "cuda-tile[tileiras]==1.7.0 \\\n    --hash=sha256:" + "d" * 64 + "\n"
+    extras = text + "".join(f"{r}==1.7.0 \\\n    --hash=sha256:" + "d" * 64 + "\n"
+                            for r in ("cuda-tile", "cuda-tile[tileiras]"))
     assert COMMON.lock_missing(extras, "3.12", {"a==1", "b-c==3"}) == ["cuda-tile==1.7.0"]
     assert COMMON.lock_missing(extras, "3.12", {"a==1", "b-c==3", "cuda-tile==1.7.0"}) == []
 

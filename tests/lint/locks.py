@@ -236,11 +236,13 @@ def pip_resolve(pins: Sequence[str], target: Target) -> Resolved:
         if "sha256" not in hashes:
             raise LockError(f"pip's report gives no sha256 for {item['metadata']['name']} ({target.name}); "
                             "the index must publish hashes")
-        # with the extras asked of it (flashinfer-python wants cuda-tile[tileiras]): pip's hash-checking mode refuses
-        # a requirement with extras unless the lock pins it with them
+        # also with the extras asked of it (flashinfer-python wants cuda-tile[tileiras]): pip's hash-checking mode
+        # refuses a requirement with extras unless the lock pins it with them, and a plain one (flash-attn-4's
+        # nvidia-cutlass-dsl beside flashinfer's nvidia-cutlass-dsl[cu13]) unless it pins that too
         canonical = _canonical(item["metadata"]["name"])
-        extras = sorted(asked.get(canonical, set()))
-        out[canonical + (f"[{','.join(extras)}]" if extras else "")] = (item["metadata"]["version"], hashes["sha256"])
+        out[canonical] = (item["metadata"]["version"], hashes["sha256"])
+        if extras := sorted(asked.get(canonical, set())):
+            out[f"{canonical}[{','.join(extras)}]"] = out[canonical]
     return out
 
 

@@ -218,7 +218,7 @@ def lock_missing(lock_text: str, python: str, dists: set) -> list[str]:
         if m is None or (m["marker"] and python not in re.findall(r'python_version == "([0-9.]+)"', m["marker"])):
             continue
         pin = pin_key(f"{m['name']}=={m['version']}")
-        if pin not in dists:
+        if pin not in dists and pin not in out:  # a package locked plain and with extras is one distribution
             out.append(pin)
     return out
 
