@@ -76,7 +76,7 @@ def test_pypi_mode_installs_the_stack_then_patches_and_records(host: tuple[Path,
     took = time.monotonic() - t0
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     size = ssh(f"du -sm {VENV} | cut -f1").strip()
-    print(f"\npypi install of SGLang {VERSION} and the router: {took:.0f} s, venv {size} MiB", file=sys.stderr)
+    print(f"\npypi install of SGLang {VERSION} from its hash lock: {took:.0f} s, venv {size} MiB", file=sys.stderr)
     dists = ssh(f"{VENV}/bin/python -m pip list --format json")
     versions = {d["name"].lower(): d["version"] for d in json.loads(dists)}
     assert versions["sglang"] == VERSION
