@@ -43,7 +43,7 @@ def keyed_request(url: str, data: bytes | None = None, headers: dict[str, str] |
     if key:
         headers["Authorization"] = f"Bearer {key}"
     return urllib.request.Request(url, data=data, headers=headers, method=method)
-TOOLS = ("systemd-nspawn", "debootstrap", "nft", "dpkg-deb", "gpg")
+TOOLS = ("systemd-nspawn", "mmdebstrap", "nft", "dpkg-deb", "gpg")
 
 
 def skip_reason() -> str | None:

@@ -46,6 +46,30 @@ def test_second_run_changes_nothing(converged: ScratchCluster) -> None:
         assert recap(proc.stdout, host)["changed"] == 0, proc.stdout[-4000:]
 
 
+def test_the_first_converge_starts_each_unit_once(converged: ScratchCluster, pytestconfig: pytest.Config) -> None:
+    """On a new host the units start once: the restart handler (notified by the install of SGLang, the unit files
+    and their environment) leaves alone the units the run itself started from stopped."""
+    from conftest import FIRST_CONVERGE
+
+    out = pytestconfig.stash[FIRST_CONVERGE]
+    units = ["pdfleet-prefill0", "pdfleet-decode0", "pdfleet-router"]  # the one-host sim's plan
+    started = _changed_items(out, "TASK [pdfleet.cluster.pdfleet_units : Enable and start the units]")
+    restarted = _changed_items(out, "RUNNING HANDLER [pdfleet.cluster.pdfleet_units : Restart pdfleet units]")
+    assert sorted(started) == sorted(units), out[-4000:]
+    assert restarted == [], f"the first converge restarted {restarted} right after starting them"
+
+
+def _changed_items(stdout: str, task: str) -> list[str]:
+    """The loop items (labels) a task reported "changed" for on node1, from the default callback's text."""
+    out, inside = [], False
+    for line in stdout.splitlines():
+        if line.startswith(("TASK [", "RUNNING HANDLER [")):
+            inside = line.startswith(task)
+        elif inside and line.startswith("changed: [node1] => (item="):
+            out.append(line.split("(item=", 1)[1].rsplit(")", 1)[0])
+    return out
+
+
 def test_check_mode_on_a_converged_cluster(converged: ScratchCluster) -> None:
     proc = converged.playbook(SITE, "--check", "--diff")
     assert recap(proc.stdout, "node1")["changed"] == 0, proc.stdout[-4000:]

@@ -21,7 +21,7 @@ def builders(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, list]
         out = cache_dir / "golden-x"
         if out.is_dir():  # cached: nothing to build
             return out
-        progress("debootstrap")
+        progress("mmdebstrap")
         calls["golden"].append(time.monotonic())
         both_running.wait()  # fails (BrokenBarrierError) unless the prefetch runs at the same time
         out.mkdir()
@@ -52,7 +52,7 @@ def test_golden_and_runtime_wheels_build_concurrently(builders: dict[str, list],
     golden, runtime = image.ensure_images(tmp_path, lines.append, with_runtime=True)
     assert golden == tmp_path / "golden-x" and runtime == tmp_path / "runtime-x"
     assert builders["runtime"] == [tmp_path / ".tmp-wheels-1"]  # the install used the prefetched wheels
-    assert "golden image: debootstrap" in lines and "runtime wheels: pip download" in lines
+    assert "golden image: mmdebstrap" in lines and "runtime wheels: pip download" in lines
     assert "runtime: pip install" in lines
 
 

@@ -12,12 +12,14 @@ import functools
 import ipaddress
 import json
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import hosts
+from . import hosts, image
 from .hosttypes import DEFAULT_CACHE_DIR, DEFAULT_OS, DEFAULT_STATE_DIR, SimError, SimHost, SimNetwork
+from .system import require_root
 
 if TYPE_CHECKING:
     from pdfleet.inventory import InventorySource
@@ -152,6 +154,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="skip the heavy Python runtime (torch, ...) at /opt/pdfleet-runtime",
     )
     p_up.add_argument(
+        "--runtime-later",
+        action="store_true",
+        help="start the hosts once the golden image is ready; the runtime, if not built, builds in the background "
+             "(`pdfleet sim runtime` waits for it)",
+    )
+    p_up.add_argument(
         "--cache-dir",
         type=Path,
         default=DEFAULT_CACHE_DIR,
@@ -162,6 +170,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "(idempotent; the server ends with the sim cluster)")
     p_up.add_argument("--json", action="store_true", help="print the cluster as JSON on stdout")
     p_up.set_defaults(func=_cmd_up)
+
+    p_runtime = sim_sub.add_parser(
+        "runtime", parents=[common],
+        help="wait for the CPU runtime a `sim up --runtime-later` builds in the background (or build it) and print "
+             "its directory")
+    p_runtime.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
+                           help=f"golden image and runtime cache (default {DEFAULT_CACHE_DIR})")
+    p_runtime.set_defaults(func=_cmd_runtime)
 
     p_down = sim_sub.add_parser("down", parents=[common], help="stop and delete all sim hosts and the bridge")
     p_down.set_defaults(func=_cmd_down)
@@ -195,6 +211,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         state_dir=_state_dir(args),
         progress=_progress,
         with_runtime=with_runtime,
+        runtime_later=args.runtime_later,
         cache_dir=args.cache_dir,
     )
     repo = None
@@ -214,6 +231,18 @@ def _cmd_up(args: argparse.Namespace) -> int:
         if repo is not None:
             print(f"stand-in repository: {repo.url}")
         print(f"ssh -F {cluster.ssh_config} {cluster.hosts[0].name}")
+    return 0
+
+
+def _cmd_runtime(args: argparse.Namespace) -> int:
+    if args.inventory is not None and not bool(_inventory_sim(_source(args))[1].get("with_runtime", True)):
+        print("the inventory's sim hosts run without the runtime (pdfleet_sim.with_runtime: false)")
+        return 0
+    require_root("pdfleet sim runtime")
+    start = time.monotonic()
+    golden = image.ensure_golden(args.cache_dir, _progress)
+    runtime = image.ensure_runtime(golden, args.cache_dir, _progress)
+    print(f"{runtime} (ready after {time.monotonic() - start:.1f} s)")
     return 0
 
 

@@ -384,10 +384,15 @@ def up(
     state_dir: Path,
     progress: Progress = _noop,
     with_runtime: bool = True,
+    runtime_later: bool = False,
     cache_dir: Path = DEFAULT_CACHE_DIR,
 ) -> SimCluster:
     """Start the simulated hosts (idempotent: running hosts are left alone, missing ones started) and
-    return once each accepts SSH and its systemd finished booting."""
+    return once each accepts SSH and its systemd finished booting.
+
+    With `runtime_later` the hosts start as soon as the golden image is ready, and the CPU runtime, unless
+    built, builds in the background into the directory they bind (image.golden_now_runtime_later): whatever
+    imports it first waits for it with image.ensure_runtime (`pdfleet sim runtime`)."""
     require_root("pdfleet sim up")
     require_tools()
     hosts = list(hosts)
@@ -427,7 +432,10 @@ def up(
             simnet.validate(network, all_hosts)
         _save_cluster(state_dir, {"network": asdict(network), "hosts": [asdict(h) for h in all_hosts]})
 
-        golden, runtime = image.ensure_images(cache_dir, progress, with_runtime)
+        if with_runtime and runtime_later:
+            golden, runtime = image.golden_now_runtime_later(cache_dir, progress)
+        else:
+            golden, runtime = image.ensure_images(cache_dir, progress, with_runtime)
         ensure_key(state_dir)
         ssh_config = write_ssh_config(state_dir, all_hosts)
         prepare_nspawn_host()

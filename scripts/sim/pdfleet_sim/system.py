@@ -15,7 +15,7 @@ from .hosttypes import Progress, SimError
 
 REQUIRED_TOOLS = {
     "systemd-nspawn": "systemd-container",
-    "debootstrap": "debootstrap",
+    "mmdebstrap": "mmdebstrap",
     "nft": "nftables",
     "ip": "iproute2",
     "ssh": "openssh-client",
