@@ -3,6 +3,7 @@
 #   make test   - run the test suite (make test-long: the long tier, on demand)
 VENV ?= .venv
 STAMP := $(VENV)/.pdfleet-installed
+DEV_STAMP := $(VENV)/.pdfleet-dev-installed
 PYTHON ?= python3
 PYTEST_ARGS ?=
 
@@ -41,15 +42,20 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ansible-lint
 
-setup: host-packages $(STAMP)
+setup: host-packages $(DEV_STAMP)
 
 host-packages:
 	@bash scripts/host-packages.sh
 
-# pdfleet and, from scripts/sim, the separate pdfleet-sim distribution (the simulator, `pdfleet sim`, test helpers).
+# pdfleet and, from scripts/sim, the separate pdfleet-sim distribution (the simulator, `pdfleet sim`, test helpers):
+# all `make site` needs. The test and lint tools (the dev extra) come on top, for make test and make lint.
 $(STAMP): pyproject.toml scripts/sim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e . -e scripts/sim
+	touch $@
+
+$(DEV_STAMP): $(STAMP)
 	$(VENV)/bin/pip install --quiet -e '.[dev]' -e scripts/sim
 	touch $@
 

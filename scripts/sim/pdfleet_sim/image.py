@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pdfleet.patch.runtime import BASE_REQUIREMENTS
+from pdfleet.patch.cpu_requirements import BASE_REQUIREMENTS
 
 from .hosttypes import Progress, SimError
 from .system import cgroup_joiner, pid_alive, remove_cgroup, run, run_logged, safe_rmtree
