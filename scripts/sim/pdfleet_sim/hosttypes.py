@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,7 +11,9 @@ from pathlib import Path
 from pdfleet.errors import PdfleetError
 
 DEFAULT_STATE_DIR = Path("/var/lib/pdfleet-sim")
-DEFAULT_CACHE_DIR = Path("/var/cache/pdfleet-sim")
+# The golden image and CPU runtime cache; $PDFLEET_SIM_CACHE_DIR moves it for every sim command a run starts (the
+# playbooks' included: tests/bench/bench_converge.py --cold builds into an empty one).
+DEFAULT_CACHE_DIR = Path(os.environ.get("PDFLEET_SIM_CACHE_DIR") or "/var/cache/pdfleet-sim")
 DEFAULT_OS = "debian-12"  # what the golden image is; a host may report another (pdfleet_sim.distro)
 
 Progress = Callable[[str], None]
