@@ -171,3 +171,25 @@ def test_make_site_starts_the_build_with_this_machines_python_alone() -> None:
                           cwd=REPO_ROOT, env={"PYTHONPATH": "scripts:scripts/sim", "PATH": os.environ["PATH"]},
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_prefetched_wheels_install_in_balanced_groups_at_once(tmp_path: Path) -> None:
+    """From prefetched wheels the runtime installs with one pip per group at the same time (pip unpacks on one
+    core); every wheel is in one group, the groups weigh about the same, and the script waits for every pip (its
+    exit status fails the build) and proves the set consistent with `pip check`."""
+    sizes = {"torch": 900, "cudnn": 700, "cublas": 500, "nccl": 300, "triton": 150, "numpy": 20, "six": 1}
+    for name, size in sizes.items():
+        (tmp_path / f"{name}-1-py3-none-any.whl").write_bytes(b"x" * size)
+    (tmp_path / "not-a-wheel.txt").write_text("x")
+    groups = image.wheel_groups(tmp_path, 2)
+    names = sorted(Path(w).name.split("-")[0] for g in groups for w in g)
+    assert names == sorted(sizes)
+    weights = [sum(sizes[Path(w).name.split("-")[0]] for w in g) for g in groups]
+    assert max(weights) - min(weights) <= max(sizes.values()) // 2, weights
+    assert all(w.startswith(f"{image.RUNTIME_MOUNT}/.pdfleet-wheelhouse/") for g in groups for w in g)
+    script = image._runtime_script(groups)
+    assert script.count("--no-deps") == 2 and script.count(" & pids=") == 2
+    assert "for p in $pids; do wait $p; done" in script and script.startswith("set -eu;")
+    assert script.index("pip check") > script.index("wait $p") and "list --format=freeze" in script
+    # from the package indexes: one pip resolves (the recipe, hence the cache key, names this form)
+    assert "--no-deps" not in image._runtime_script() and "pip check" not in image._runtime_script()
