@@ -49,14 +49,16 @@ host-packages:
 
 # pdfleet and, from scripts/sim, the separate pdfleet-sim distribution (the simulator, `pdfleet sim`, test helpers):
 # all `make site` needs. The test and lint tools (the dev extra) come on top, for make test and make lint.
+# --no-compile: pip would byte-compile every module of the ansible package's collections (about 15 s of a cold
+# install); Python compiles and caches the few a run imports when it first imports them.
 $(STAMP): pyproject.toml scripts/sim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e . -e scripts/sim
+	$(VENV)/bin/pip install --quiet --no-compile -e . -e scripts/sim
 	touch $@
 
 $(DEV_STAMP): $(STAMP)
-	$(VENV)/bin/pip install --quiet -e '.[dev]' -e scripts/sim
+	$(VENV)/bin/pip install --quiet --no-compile -e '.[dev]' -e scripts/sim
 	touch $@
 
 clean-sim: setup

@@ -74,9 +74,9 @@ def test_make_setup_installs_pdfleet_sim_and_follows_its_pyproject() -> None:
     rule = makefile.split("\n$(STAMP):", 1)[1].split("\n\n", 1)[0]
     prerequisites = rule.splitlines()[0].split()
     assert "scripts/sim/pyproject.toml" in prerequisites and "pyproject.toml" in prerequisites
-    assert "pip install --quiet -e . -e scripts/sim" in rule
+    assert "pip install --quiet --no-compile -e . -e scripts/sim" in rule
     # make test and make lint add the dev extra on top (make site needs none of it)
     dev = makefile.split("\n$(DEV_STAMP):", 1)[1].split("\n\n", 1)[0]
     assert dev.splitlines()[0].split() == ["$(STAMP)"]
-    assert "pip install --quiet -e '.[dev]' -e scripts/sim" in dev
+    assert "pip install --quiet --no-compile -e '.[dev]' -e scripts/sim" in dev
     assert "setup: host-packages $(DEV_STAMP)" in makefile and "\ntest: setup" in makefile
