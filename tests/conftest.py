@@ -37,7 +37,6 @@ BASELINE = pytest.StashKey[str]()
 BASELINE_MODEL = pytest.StashKey[bytes]()
 MUTATED = pytest.StashKey[bool]()
 BROKEN = pytest.StashKey[str]()
-FIRST_CONVERGE = pytest.StashKey[str]()  # the shared sim's first site.yml output
 # How long units restarted by a test (or a reboot) may take to be active and the router ready again.
 SETTLE_S = 180
 
@@ -98,7 +97,7 @@ def converged(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Con
     with scratch_cluster(tmp_path_factory.mktemp("converged")) as cluster:
         t0 = time.monotonic()
         cluster.set_model("sglang", apply_patch=True)
-        pytestconfig.stash[FIRST_CONVERGE] = cluster.playbook().stdout
+        cluster.first_converge_stdout = cluster.playbook().stdout
         cluster.wait_ready()
         pytestconfig.stash[CONVERGE_S] = time.monotonic() - t0
         print(f"\nshared one-host sim converged in {pytestconfig.stash[CONVERGE_S]:.0f} s", file=sys.stderr)

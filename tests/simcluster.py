@@ -88,6 +88,9 @@ class ScratchCluster:
     # The Vault password file of an inventory whose secrets are vaulted (vault_the_key): every playbook and pdfleet
     # command on it gets --vault-password-file (vault_args), as an operator's would.
     vault_password_file: Path | None = None
+    # The output of the cluster's first site.yml, for a test of what a first converge does (the shared sim's fixture
+    # keeps it: tests/conftest.py).
+    first_converge_stdout: str = ""
 
     def __post_init__(self) -> None:
         key = self.router_key

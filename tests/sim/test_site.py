@@ -46,12 +46,11 @@ def test_second_run_changes_nothing(converged: ScratchCluster) -> None:
         assert recap(proc.stdout, host)["changed"] == 0, proc.stdout[-4000:]
 
 
-def test_the_first_converge_starts_each_unit_once(converged: ScratchCluster, pytestconfig: pytest.Config) -> None:
+def test_the_first_converge_starts_each_unit_once(converged: ScratchCluster) -> None:
     """On a new host the units start once: the restart handler (notified by the install of SGLang, the unit files
     and their environment) leaves alone the units the run itself started from stopped."""
-    from conftest import FIRST_CONVERGE
-
-    out = pytestconfig.stash[FIRST_CONVERGE]
+    out = converged.first_converge_stdout
+    assert "PLAY RECAP" in out, "the shared sim's fixture did not keep its first converge's output"
     units = ["pdfleet-prefill0", "pdfleet-decode0", "pdfleet-router"]  # the one-host sim's plan
     started = _changed_items(out, "TASK [pdfleet.cluster.pdfleet_units : Enable and start the units]")
     restarted = _changed_items(out, "RUNNING HANDLER [pdfleet.cluster.pdfleet_units : Restart pdfleet units]")
